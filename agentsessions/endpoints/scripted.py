@@ -1,0 +1,41 @@
+"""An offline, deterministic model for tests and examples."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+
+from agentsessions.endpoint import ModelRequest, ModelResponse
+from agentsessions.errors import EndpointError
+from agentsessions.messages import ContentType, Message, Role
+
+Reply = Message | Callable[[ModelRequest], Message]
+
+
+class ScriptedEndpoint:
+    """Answers each request with the next reply of a script.
+
+    A reply is an assistant :class:`Message`, or a callable that takes the
+    :class:`ModelRequest` and returns one (so replies can depend on what tools returned).
+    Every request seen is kept in ``requests``. Running out of replies is an
+    :class:`EndpointError`, as a provider's failure would be.
+    """
+
+    def __init__(self, replies: Iterable[Reply]) -> None:
+        self._replies = list(replies)
+        self._lock = threading.Lock()
+        self.requests: list[ModelRequest] = []
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        """Record the request and return the next scripted reply."""
+        with self._lock:
+            index = len(self.requests)
+            self.requests.append(request)
+        if index >= len(self._replies):
+            raise EndpointError(f"the script has {len(self._replies)} replies; request {index + 1} has none")
+        reply = self._replies[index]
+        message = reply if isinstance(reply, Message) else reply(request)
+        if message.role is not Role.ASSISTANT:
+            raise EndpointError(f"scripted reply {index + 1} is a {message.role.value} message")
+        calls_tools = any(c.type is ContentType.TOOL_USE for c in message.content)
+        return ModelResponse(message, stop_reason="tool_use" if calls_tools else "end_turn")

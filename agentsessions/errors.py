@@ -1,0 +1,68 @@
+"""The exceptions agentsessions raises, one small tree.
+
+Errors the model caused (a tool that raised, a tool it invented, arguments that are not
+JSON) are never raised: they become error results the model reads. What is raised is
+what the caller must see: bad input, a failing store, network or provider.
+
+    AgentSessionsError
+    ├── InvalidSessionIdError (ValueError)   an id that is not a non-empty str of <= 255 chars
+    ├── FormatError (ValueError)             text that dumps() did not write, or a newer format
+    ├── StoreError                           a store or its database failed; chained from the driver
+    │   └── SchemaMissingError               the tables are missing; names the schema to run
+    ├── EndpointError                        the model provider answered with an error
+    ├── RunError                             a run failed; carries the partial Result
+    └── RunFinishedError (RuntimeError)      a steer for a run that has already finished
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agentsessions.runner import Result
+
+
+class AgentSessionsError(Exception):
+    """Base of every exception this library raises on purpose."""
+
+
+class InvalidSessionIdError(AgentSessionsError, ValueError):
+    """A session id that is not a non-empty ``str`` of at most 255 characters."""
+
+
+class FormatError(AgentSessionsError, ValueError):
+    """Text that is not a transcript :func:`agentsessions.dumps` wrote, or one from a newer version."""
+
+
+class StoreError(AgentSessionsError):
+    """A store could not do what was asked; ``__cause__`` is the driver's error."""
+
+
+class SchemaMissingError(StoreError):
+    """The store's tables (or indexes) do not exist; the message names the schema to run."""
+
+
+class EndpointError(AgentSessionsError):
+    """The model provider answered with an error, reported as the provider gave it.
+
+    ``status`` is the HTTP status (0 when no response arrived), ``type`` the provider's
+    error type and ``message`` its message. Neither keys nor request bodies are included.
+    """
+
+    def __init__(self, message: str, *, status: int = 0, type: str = "") -> None:
+        super().__init__(f"{status} {type}: {message}" if status else message)
+        self.status = status
+        self.type = type
+        self.message = message
+
+
+class RunError(AgentSessionsError):
+    """A run failed. ``result`` is what it had done; ``__cause__`` is why it stopped."""
+
+    def __init__(self, message: str, result: Result) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class RunFinishedError(AgentSessionsError, RuntimeError):
+    """``Run.steer`` after the run finished: the steer was not delivered (steer the session)."""

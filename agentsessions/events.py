@@ -1,0 +1,102 @@
+"""What a run reports while it works, one frozen class per kind of event.
+
+Pass ``events=callback`` to ``Runner.run``/``Runner.start`` and the callback receives each
+event on the run's thread, in order. An exception raised by the callback fails the run.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Union
+
+import attrs
+
+from agentsessions.endpoint import ModelRequest, ModelResponse
+from agentsessions.messages import Content
+
+if TYPE_CHECKING:
+    from agentsessions.runner import Result
+
+
+@attrs.frozen
+class StepStarted:
+    """A step began; steps count from 1."""
+
+    step: int
+
+
+@attrs.frozen
+class SteerApplied:
+    """A steer was put onto the transcript; ``source`` is ``"run"`` (Run.steer) or ``"session"``."""
+
+    step: int
+    text: str
+    source: str
+
+
+@attrs.frozen
+class TranscriptSaved:
+    """The transcript was saved to the session; ``messages`` is how many it holds."""
+
+    step: int
+    messages: int
+
+
+@attrs.frozen
+class ModelRequested:
+    """A request is about to go to the model."""
+
+    step: int
+    request: ModelRequest
+
+
+@attrs.frozen
+class TextDelta:
+    """A piece of the model's text, as a streaming endpoint received it."""
+
+    step: int
+    text: str
+
+
+@attrs.frozen
+class ModelResponded:
+    """The model answered."""
+
+    step: int
+    response: ModelResponse
+
+
+@attrs.frozen
+class ToolCalled:
+    """The model called a tool; ``call`` is its ``TOOL_USE`` block."""
+
+    step: int
+    call: Content
+
+
+@attrs.frozen
+class ToolReturned:
+    """A tool call ended; ``result`` is the ``TOOL_RESULT`` block the model will read."""
+
+    step: int
+    result: Content
+
+
+@attrs.frozen
+class RunFinished:
+    """The run ended, normally or not; ``result`` is final (partial when ``error`` is set)."""
+
+    result: Result
+    error: BaseException | None = None
+
+
+Event = Union[
+    StepStarted,
+    SteerApplied,
+    TranscriptSaved,
+    ModelRequested,
+    TextDelta,
+    ModelResponded,
+    ToolCalled,
+    ToolReturned,
+    RunFinished,
+]

@@ -1,0 +1,41 @@
+"""Shared test plumbing: where the database servers are, and what to do when one is missing.
+
+In CI (``CI`` set) a missing server fails the test; elsewhere it skips, saying which
+server and how to start it. Connection settings come from environment variables whose
+defaults are this project's machines.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TypeVar
+
+import pytest
+
+POSTGRES_DSN = os.environ.get("AGENTSESSIONS_TEST_POSTGRES", "host=127.0.0.1 port=5432 user=postgres dbname=test")
+MYSQL_HOST = os.environ.get("AGENTSESSIONS_TEST_MYSQL_HOST", "127.0.0.1")
+MYSQL_PORT = int(os.environ.get("AGENTSESSIONS_TEST_MYSQL_PORT", "3306"))
+MYSQL_USER = os.environ.get("AGENTSESSIONS_TEST_MYSQL_USER", "root")
+MYSQL_PASSWORD = os.environ.get("AGENTSESSIONS_TEST_MYSQL_PASSWORD", "")
+# Unset: the tests start a SecantusDB server (a MongoDB wire-protocol server) in-process.
+MONGODB_URI = os.environ.get("AGENTSESSIONS_TEST_MONGODB", "")
+
+HOW_TO_START = {
+    "PostgreSQL": "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start",
+    "MariaDB": "start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd",
+    "MongoDB": 'pip install "SecantusDB==0.7.0b3" (the tests start it), or set AGENTSESSIONS_TEST_MONGODB',
+}
+
+T = TypeVar("T")
+
+
+def require_server(name: str, connect: Callable[[], T]) -> T:
+    """Return ``connect()``; if the server is not there, fail in CI and skip elsewhere."""
+    try:
+        return connect()
+    except Exception as error:
+        message = f"{name} is not reachable ({error}); start it with: {HOW_TO_START[name]}"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
