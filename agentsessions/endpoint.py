@@ -34,7 +34,7 @@ class ModelRequest:
     messages: tuple[Message, ...]
     tools: tuple[Tool, ...] = ()
     max_tokens: int = 4096
-    on_text: Callable[[str], None] | None = attrs.field(default=None, eq=False, repr=False)
+    on_text: Callable[[str], object] | None = attrs.field(default=None, eq=False, repr=False)
 
 
 def _is_assistant(_: object, __: attrs.Attribute[Message], value: Message) -> None:
@@ -48,7 +48,7 @@ class ModelResponse:
 
     message: Message = attrs.field(validator=_is_assistant)
     stop_reason: str = "end_turn"
-    usage: Usage = Usage()
+    usage: Usage = attrs.field(factory=Usage)
 
 
 @runtime_checkable

@@ -6,7 +6,7 @@ event on the run's thread, in order. An exception raised by the callback fails t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -89,14 +89,14 @@ class RunFinished:
     error: BaseException | None = None
 
 
-Event = Union[
-    StepStarted,
-    SteerApplied,
-    TranscriptSaved,
-    ModelRequested,
-    TextDelta,
-    ModelResponded,
-    ToolCalled,
-    ToolReturned,
-    RunFinished,
-]
+Event = (
+    StepStarted
+    | SteerApplied
+    | TranscriptSaved
+    | ModelRequested
+    | TextDelta
+    | ModelResponded
+    | ToolCalled
+    | ToolReturned
+    | RunFinished
+)

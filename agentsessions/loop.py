@@ -18,16 +18,17 @@ from agentsessions.tools import call
 if TYPE_CHECKING:
     from agentsessions.runner import Spec
 
-EventSink = Callable[[ev.Event], None]
+EventSink = Callable[[ev.Event], object]
 
 
-class StopReason(str, enum.Enum):
+class StopReason(enum.StrEnum):
     """Why a run stopped. A model's own reason (``"end_turn"``, ``"max_tokens"``...) is kept as it came."""
 
     END_TURN = "end_turn"
     MAX_TOKENS = "max_tokens"
     MAX_STEPS = "max_steps"
     CANCELLED = "cancelled"
+    ERROR = "error"
 
 
 class ReactLoop:

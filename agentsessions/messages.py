@@ -9,14 +9,14 @@ from typing import Any
 import attrs
 
 
-class Role(str, enum.Enum):
+class Role(enum.StrEnum):
     """Who wrote a message."""
 
     USER = "user"
     ASSISTANT = "assistant"
 
 
-class ContentType(str, enum.Enum):
+class ContentType(enum.StrEnum):
     """What a content block holds."""
 
     TEXT = "text"
@@ -27,9 +27,7 @@ class ContentType(str, enum.Enum):
 def _is_str(field_name: str) -> Any:
     def check(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
         if not isinstance(value, str):
-            raise TypeError(
-                f"{field_name}.{attribute.name} must be a str, got {type(value).__name__}: {value!r:.80}"
-            )
+            raise TypeError(f"{field_name}.{attribute.name} must be a str, got {type(value).__name__}: {value!r:.80}")
 
     return check
 
@@ -121,7 +119,6 @@ def check_transcript(messages: object, start: int = 0) -> list[Message]:
         message = checked[index]
         if not isinstance(message, Message):
             raise TypeError(
-                f"a transcript holds Message objects; element {index} is "
-                f"{type(message).__name__}: {message!r:.80}"
+                f"a transcript holds Message objects; element {index} is {type(message).__name__}: {message!r:.80}"
             )
     return checked

@@ -17,7 +17,7 @@ from agentsessions.session import Session, check_steer
 from agentsessions.tools import Tool
 
 
-class Pattern(str, enum.Enum):
+class Pattern(enum.StrEnum):
     """How the agent works. ReAct: reason, call tools, read their results, repeat."""
 
     REACT = "react"
@@ -70,7 +70,7 @@ class Result:
     steps: int
     stop_reason: str
     unapplied_steers: list[str] = attrs.Factory(list)
-    usage: Usage = Usage()
+    usage: Usage = attrs.field(factory=Usage)
 
 
 class Run:
@@ -128,25 +128,32 @@ class Run:
         return taken
 
     def _execute(self) -> None:
-        error: BaseException | None = None
+        error: Exception | None = None
         try:
-            self._loop.run()
-        except Exception as caught:
-            error = caught
+            try:
+                self._loop.run()
+            except Exception as caught:
+                error = caught
+            self._result = self._close(failed=error is not None)
+            if self._emit:
+                try:
+                    self._emit(ev.RunFinished(self._result, error))
+                except Exception as caught:
+                    error = error or caught
+            if error is not None:
+                self._error = RunError(f"the run failed in step {self._loop.steps}: {error!r}", self._result)
+                self._error.__cause__ = error
+        finally:
+            self._finished.set()
+
+    def _close(self, failed: bool) -> Result:
+        """Refuse further steers and build the result; what is still in the box was never applied."""
         with self._box_lock:
             self._closed = True
             unapplied, self._box = self._box, []
         loop = self._loop
-        stop_reason = loop.stop_reason if error is None else "error"
-        self._result = Result(loop.transcript, loop.final_text(), loop.steps, stop_reason, unapplied, loop.usage)
-        if error is not None:
-            self._error = RunError(f"the run failed in step {loop.steps}: {error!r}", self._result)
-            self._error.__cause__ = error
-        try:
-            if self._emit:
-                self._emit(ev.RunFinished(self._result, error))
-        finally:
-            self._finished.set()
+        stop_reason = StopReason.ERROR if failed else loop.stop_reason
+        return Result(loop.transcript, loop.final_text(), loop.steps, stop_reason, unapplied, loop.usage)
 
 
 class Runner:

@@ -18,9 +18,7 @@ def check_session_id(session_id: object) -> str:
     if not isinstance(session_id, str):
         raise InvalidSessionIdError(f"a session id must be a str, got {type(session_id).__name__}: {session_id!r:.80}")
     if not 0 < len(session_id) <= MAX_SESSION_ID:
-        raise InvalidSessionIdError(
-            f"a session id must have 1 to {MAX_SESSION_ID} characters, got {len(session_id)}"
-        )
+        raise InvalidSessionIdError(f"a session id must have 1 to {MAX_SESSION_ID} characters, got {len(session_id)}")
     return session_id
 
 
@@ -103,6 +101,6 @@ class StoreSession:
         return self.store.take_steers(self.id)
 
 
-def open(session_id: str, store: Store) -> StoreSession:  # noqa: A001 - the contract's name
+def open(session_id: str, store: Store) -> StoreSession:
     """Address one conversation in ``store``. Does no I/O."""
     return StoreSession(check_session_id(session_id), store)

@@ -161,6 +161,6 @@ def _rows(plan: SavePlan, keep: int) -> Iterator[tuple[str, int, str]]:
         yield plan.session_id, position, dump_message(plan.messages[position])
 
 
-def open(path: str | os.PathLike[str] | Path, *, timeout: float = 10.0) -> SQLiteStore:  # noqa: A001
+def open(path: str | os.PathLike[str] | Path, *, timeout: float = 10.0) -> SQLiteStore:
     """Open (creating if needed) the SQLite store at ``path``."""
     return SQLiteStore(path, timeout=timeout)
