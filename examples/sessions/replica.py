@@ -96,7 +96,7 @@ def main() -> None:
         session.steer(STEER)  # no Runner, no Run: only the store
         return
     if args.model:
-        from agentsessions.endpoints import by_name  # type: ignore[attr-defined]
+        from agentsessions.endpoints import by_name
 
         endpoint: agent.Endpoint = by_name(args.model)
     else:

@@ -1,0 +1,202 @@
+"""A local Anthropic Messages API: the real wire format, the real checks, a scripted model.
+
+    with FakeAnthropic([Reply([text("Hi")])], api_key=KEY) as fake:
+        endpoint = AnthropicEndpoint("claude-test", api_key=KEY, base_url=fake.origin)
+
+Replies are written as the API's content blocks. Streamed, a tool call's input goes out
+as pieces of ``json.dumps(input, ensure_ascii=False)``, the same text the non-streamed
+answer's object serialises to, so the two transcripts must come out identical (the real
+API's stream writes its JSON with the same ``", "`` and ``": "`` separators).
+
+The checks are the ones the real API makes on what this library sends: the key and
+version headers, roles that alternate, tool results that answer the tool calls just
+before them (and every call answered), non-empty text, objects as tool input, and, for
+models without prefill (``prefill=False``), a conversation that ends with the user.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import attrs
+from fake_server import Fail, FakeServer, Handler, Rejected, pieces
+
+PREFILL_REFUSED = (
+    "This model does not support assistant message prefill. The conversation must end with a user message."
+)
+
+
+def text(value: str) -> dict[str, Any]:
+    """A text block."""
+    return {"type": "text", "text": value}
+
+
+def tool_use(id: str, name: str, input: dict[str, Any]) -> dict[str, Any]:
+    """A tool_use block."""
+    return {"type": "tool_use", "id": id, "name": name, "input": input}
+
+
+@attrs.frozen
+class Reply:
+    """What the scripted model answers; ``cut_after``/``error_after`` break a stream after that many events."""
+
+    content: Sequence[dict[str, Any]]
+    stop_reason: str | None = None
+    input_tokens: int = 11
+    output_tokens: int = 7
+    cut_after: int | None = None
+    error_after: int | None = None
+
+
+def _invalid(message: str) -> Rejected:
+    return Rejected(400, "invalid_request_error", message)
+
+
+class FakeAnthropic(FakeServer):
+    """The Messages API at ``origin``; see the module docstring."""
+
+    path = "/v1/messages"
+
+    def __init__(self, script: Sequence[object] = (), *, api_key: str, prefill: bool = True) -> None:
+        super().__init__(script, api_key=api_key)
+        self.prefill = prefill
+        self._ids = 0
+
+    def error_body(self, fail: Fail, param: str | None) -> object:
+        """``{"type": "error", "error": {...}, "request_id": ...}``."""
+        return {"type": "error", "error": {"type": fail.type, "message": fail.message}, "request_id": "req_fake"}
+
+    def check(self, headers: dict[str, str], body: dict[str, Any]) -> None:
+        """The real API's refusals, for what a client can get wrong."""
+        if "x-api-key" not in headers:
+            raise Rejected(401, "authentication_error", "x-api-key header is required")
+        if headers["x-api-key"] != self.api_key:
+            raise Rejected(401, "authentication_error", "invalid x-api-key")
+        if "anthropic-version" not in headers:
+            raise _invalid("anthropic-version: header is required")
+        if not headers.get("content-type", "").startswith("application/json"):
+            raise _invalid("Content-Type must be application/json")
+        for field, kind in (("model", str), ("max_tokens", int), ("messages", list)):
+            if field not in body:
+                raise _invalid(f"{field}: Field required")
+            if not isinstance(body[field], kind):
+                raise _invalid(f"{field}: Input should be a valid {kind.__name__}")
+        if not isinstance(body.get("system", ""), (str, list)):
+            raise _invalid("system: Input should be a valid string")
+        for index, tool in enumerate(body.get("tools", [])):
+            if not isinstance(tool.get("name"), str) or not isinstance(tool.get("input_schema"), dict):
+                raise _invalid(f"tools.{index}: name and input_schema are required")
+        self._check_messages(body["messages"])
+
+    def _check_messages(self, messages: list[Any]) -> None:
+        if not messages:
+            raise _invalid("messages: at least one message is required")
+        for index, message in enumerate(messages):
+            if message.get("role") not in ("user", "assistant"):
+                raise _invalid(f"messages.{index}.role: Input should be 'user' or 'assistant'")
+            if index and message["role"] == messages[index - 1]["role"]:
+                raise _invalid(
+                    f'messages: roles must alternate between "user" and "assistant", '
+                    f'but found multiple "{message["role"]}" roles in a row'
+                )
+            self._check_blocks(index, message, messages[index - 1] if index else None)
+            self._check_answered(index, message, messages[index + 1] if index + 1 < len(messages) else None)
+        if messages[-1]["role"] == "assistant" and not self.prefill:
+            raise _invalid(PREFILL_REFUSED)
+
+    @staticmethod
+    def _check_blocks(index: int, message: dict[str, Any], previous: dict[str, Any] | None) -> None:
+        content = message.get("content")
+        blocks = [text(content)] if isinstance(content, str) else content
+        if not isinstance(blocks, list):
+            raise _invalid(f"messages.{index}.content: Input should be a valid list")
+        called = {b["id"] for b in _blocks(previous) if b.get("type") == "tool_use"} if previous else set()
+        for number, block in enumerate(blocks):
+            where = f"messages.{index}.content.{number}"
+            if block.get("type") == "text" and not block.get("text"):
+                raise _invalid("messages: text content blocks must be non-empty")
+            if block.get("type") == "tool_use" and not isinstance(block.get("input"), dict):
+                raise _invalid(f"{where}.tool_use.input: Input should be a valid dictionary")
+            if block.get("type") == "tool_result" and block.get("tool_use_id") not in called:
+                raise _invalid(
+                    f"{where}: unexpected `tool_use_id` found in `tool_result` blocks: {block.get('tool_use_id')}. "
+                    "Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
+                )
+
+    @staticmethod
+    def _check_answered(index: int, message: dict[str, Any], following: dict[str, Any] | None) -> None:
+        calls = [b["id"] for b in _blocks(message) if b.get("type") == "tool_use"]
+        if not calls or following is None:
+            return  # a trailing tool call is what an assistant prefill may end with
+        answered = {b.get("tool_use_id") for b in _blocks(following) if b.get("type") == "tool_result"}
+        missing = [call for call in calls if call not in answered]
+        if missing:
+            raise _invalid(
+                f"messages.{index}: `tool_use` ids were found without `tool_result` blocks immediately after: "
+                f"{', '.join(missing)}. Each `tool_use` block must have a corresponding `tool_result` block "
+                "in the next message."
+            )
+
+    def reply(self, handler: Handler, body: dict[str, Any], answer: object) -> None:
+        """Answer with a Message object, or stream it as the API's events."""
+        assert isinstance(answer, Reply), f"not an answer this fake knows: {answer!r}"
+        self._ids += 1
+        message = {
+            "id": f"msg_fake{self._ids:04d}",
+            "type": "message",
+            "role": "assistant",
+            "model": body["model"],
+            "content": list(answer.content),
+            "stop_reason": answer.stop_reason or _stop_reason(answer.content),
+            "stop_sequence": None,
+            "usage": {"input_tokens": answer.input_tokens, "output_tokens": answer.output_tokens},
+        }
+        if not body.get("stream"):
+            handler.send_json(200, message, {"request-id": "req_fake"})
+            return
+        handler.start_stream()
+        for number, event in enumerate(_events(message)):
+            if number == answer.cut_after:
+                return self.drop(handler)
+            if number == answer.error_after:
+                error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+                handler.send_event(json.dumps(error), "error")
+                return handler.end_stream()
+            handler.send_event(json.dumps(event, ensure_ascii=False), event["type"])
+        handler.end_stream()
+
+
+def _blocks(message: dict[str, Any] | None) -> list[dict[str, Any]]:
+    content = (message or {}).get("content")
+    return content if isinstance(content, list) else []
+
+
+def _stop_reason(content: Sequence[dict[str, Any]]) -> str:
+    return "tool_use" if any(block["type"] == "tool_use" for block in content) else "end_turn"
+
+
+def _events(message: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The stream of ``message``, event by event, in the API's order."""
+    usage = message["usage"]
+    start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+    yield {"type": "message_start", "message": start}
+    for index, block in enumerate(message["content"]):
+        if block["type"] == "text":
+            yield {"type": "content_block_start", "index": index, "content_block": text("")}
+            if index == 0:
+                yield {"type": "ping"}
+            for piece in pieces(block["text"]):
+                yield {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}}
+        else:
+            yield {"type": "content_block_start", "index": index, "content_block": {**block, "input": {}}}
+            # The API's first input_json_delta is empty; an empty input has no other.
+            streamed = pieces(json.dumps(block["input"], ensure_ascii=False), 6) if block["input"] else []
+            for piece in ["", *streamed]:
+                json_delta = {"type": "input_json_delta", "partial_json": piece}
+                yield {"type": "content_block_delta", "index": index, "delta": json_delta}
+        yield {"type": "content_block_stop", "index": index}
+    delta: dict[str, Any] = {"stop_reason": message["stop_reason"], "stop_sequence": None}
+    yield {"type": "message_delta", "delta": delta, "usage": {"output_tokens": usage["output_tokens"]}}
+    yield {"type": "message_stop"}

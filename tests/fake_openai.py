@@ -1,0 +1,213 @@
+"""A local OpenAI Chat Completions API: the real wire format, the real checks, a scripted model.
+
+    with FakeOpenAI([Reply("Hi")], api_key=KEY) as fake:
+        endpoint = OpenAIEndpoint("gpt-test", api_key=KEY, base_url=fake.url)
+
+Streamed, a reply goes out as the API's chunks: a first chunk with the role, text
+pieces, tool calls by index (id and name first, then argument pieces), a chunk with the
+finish reason, a usage chunk with no choices when ``stream_options.include_usage`` is
+set, and ``data: [DONE]``. Arguments are strings both ways, never re-serialised.
+
+The checks are the ones the real API makes on what this library sends: a Bearer key
+(a wrong one is echoed masked, as OpenAI does), tool messages that answer the
+``tool_calls`` of the assistant message before them, every call answered before the
+conversation goes on, ``stream_options`` only with ``stream``, one token limit.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import attrs
+from fake_server import Fail, FakeServer, Handler, Rejected, pieces
+
+NO_KEY = (
+    "You didn't provide an API key. You need to provide your API key in an Authorization header using "
+    "Bearer auth (i.e. Authorization: Bearer YOUR_KEY), or as the password field (with blank username) if "
+    "you're accessing the API from your browser and are prompted for a username and password. You can "
+    "obtain an API key from https://platform.openai.com/account/api-keys."
+)
+TOOL_WITHOUT_CALL = (
+    "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'."
+)
+
+
+@attrs.frozen
+class Call:
+    """A tool call the scripted model makes; ``arguments`` is the raw JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@attrs.frozen
+class Reply:
+    """What the scripted model answers; ``cut_after``/``error_after`` break a stream after that many chunks."""
+
+    content: str | None = None
+    tool_calls: Sequence[Call] = ()
+    refusal: str | None = None
+    finish_reason: str | None = None
+    prompt_tokens: int = 13
+    completion_tokens: int = 5
+    cut_after: int | None = None
+    error_after: int | None = None
+
+
+def _invalid(message: str, param: str | None = None) -> Rejected:
+    return Rejected(400, "invalid_request_error", message, param)
+
+
+def mask(key: str) -> str:
+    """A key as OpenAI's 401 message shows it: the start, stars, the last four."""
+    return key[:3] + "*" * max(len(key) - 7, 0) + key[-4:]
+
+
+class FakeOpenAI(FakeServer):
+    """The Chat Completions API under ``url`` (``origin + "/v1"``); see the module docstring."""
+
+    path = "/v1/chat/completions"
+
+    @property
+    def url(self) -> str:
+        """The base URL a client is given."""
+        return self.origin + "/v1"
+
+    def error_body(self, fail: Fail, param: str | None) -> object:
+        """``{"error": {"message", "type", "param", "code"}}``."""
+        code = "invalid_api_key" if fail.status == 401 and fail.message != NO_KEY else None
+        return {"error": {"message": fail.message, "type": fail.type, "param": param, "code": code}}
+
+    def check(self, headers: dict[str, str], body: dict[str, Any]) -> None:
+        """The real API's refusals, for what a client can get wrong."""
+        scheme, _, key = headers.get("authorization", "").partition(" ")
+        if scheme != "Bearer" or not key:
+            raise Rejected(401, "invalid_request_error", NO_KEY)
+        if key != self.api_key:
+            raise Rejected(
+                401,
+                "invalid_request_error",
+                f"Incorrect API key provided: {mask(key)}. You can find your API key at "
+                "https://platform.openai.com/account/api-keys.",
+            )
+        for field, kind in (("model", str), ("messages", list)):
+            if not isinstance(body.get(field), kind):
+                raise _invalid(f"Missing required parameter: '{field}'.", field)
+        if "stream_options" in body and not body.get("stream"):
+            raise _invalid("The 'stream_options' parameter is only allowed when 'stream' is enabled.", "stream_options")
+        if "max_tokens" in body and "max_completion_tokens" in body:
+            raise _invalid("max_tokens and max_completion_tokens cannot both be set.", "max_tokens")
+        for index, tool in enumerate(body.get("tools", [])):
+            if tool.get("type") != "function" or not isinstance(tool.get("function", {}).get("name"), str):
+                raise _invalid(f"Missing required parameter: 'tools[{index}].function.name'.", f"tools[{index}]")
+        self._check_messages(body["messages"])
+
+    @staticmethod
+    def _check_messages(messages: list[Any]) -> None:
+        if not messages:
+            raise _invalid("[] is too short - 'messages'", "messages")
+        pending: set[str] = set()  # calls of the last assistant message not yet answered
+        callable_ids: set[str] = set()
+        for index, message in enumerate(messages):
+            role = message.get("role")
+            if role not in ("system", "developer", "user", "assistant", "tool"):
+                raise _invalid(
+                    f"Invalid value: '{role}'. Supported values are: 'system', 'assistant', 'user', "
+                    "'tool', 'function' and 'developer'.",
+                    f"messages[{index}].role",
+                )
+            if role == "tool":
+                if message.get("tool_call_id") not in callable_ids:
+                    raise _invalid(TOOL_WITHOUT_CALL, f"messages.[{index}].role")
+                if not isinstance(message.get("content"), (str, list)):
+                    raise _invalid(f"Invalid type for 'messages[{index}].content'.", f"messages[{index}].content")
+                pending.discard(message["tool_call_id"])
+                continue
+            if pending:
+                raise _invalid(
+                    "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+                    f"'tool_call_id'. The following tool_call_ids did not have response messages: "
+                    f"{', '.join(sorted(pending))}",
+                    f"messages.[{index}].role",
+                )
+            FakeOpenAI._check_content(index, message)
+            calls = (message.get("tool_calls") or []) if role == "assistant" else []
+            for call in calls:
+                if not isinstance(call.get("function", {}).get("arguments"), str):
+                    raise _invalid(f"Invalid type for 'messages[{index}].tool_calls.function.arguments'.")
+            pending = callable_ids = {call["id"] for call in calls}
+
+    @staticmethod
+    def _check_content(index: int, message: dict[str, Any]) -> None:
+        content = message.get("content")
+        if content is None and message.get("tool_calls"):
+            return
+        parts = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        if not isinstance(parts, list) or any(
+            p.get("type") != "text" or not isinstance(p.get("text"), str) for p in parts
+        ):
+            raise _invalid(f"Invalid type for 'messages[{index}].content'.", f"messages[{index}].content")
+
+    def reply(self, handler: Handler, body: dict[str, Any], answer: object) -> None:
+        """Answer with a chat.completion object, or stream it as chunks."""
+        assert isinstance(answer, Reply), f"not an answer this fake knows: {answer!r}"
+        finish_reason = answer.finish_reason or ("tool_calls" if answer.tool_calls else "stop")
+        usage = {
+            "prompt_tokens": answer.prompt_tokens,
+            "completion_tokens": answer.completion_tokens,
+            "total_tokens": answer.prompt_tokens + answer.completion_tokens,
+        }
+        if not body.get("stream"):
+            message: dict[str, Any] = {"role": "assistant", "content": answer.content, "refusal": answer.refusal}
+            if answer.tool_calls:
+                message["tool_calls"] = [_call(call) for call in answer.tool_calls]
+            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
+            handler.send_json(200, {**_head(body, "chat.completion"), "choices": [choice], "usage": usage})
+            return
+        with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        handler.start_stream()
+        for number, chunk in enumerate(_chunks(body, answer, finish_reason, usage if with_usage else None)):
+            if number == answer.cut_after:
+                return self.drop(handler)
+            if number == answer.error_after:
+                error = {"message": "The server had an error while processing your request.", "type": "server_error"}
+                handler.send_event(json.dumps({"error": {**error, "param": None, "code": None}}))
+                return handler.end_stream()
+            handler.send_event(chunk)
+        handler.end_stream()
+
+
+def _head(body: dict[str, Any], kind: str) -> dict[str, Any]:
+    return {"id": "chatcmpl-fake", "object": kind, "created": 1700000000, "model": body["model"]}
+
+
+def _call(call: Call) -> dict[str, Any]:
+    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+
+
+def _chunks(body: dict[str, Any], answer: Reply, finish_reason: str, usage: dict[str, int] | None) -> Iterator[str]:
+    """The ``data:`` payloads of a streamed reply, in the API's order."""
+    extra = {"usage": None} if usage is not None else {}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return json.dumps({**_head(body, "chat.completion.chunk"), "choices": [choice], **extra}, ensure_ascii=False)
+
+    yield chunk({"role": "assistant", "content": "", "refusal": None})
+    for piece in pieces(answer.content or ""):
+        yield chunk({"content": piece})
+    for piece in pieces(answer.refusal or ""):
+        yield chunk({"refusal": piece})
+    for index, call in enumerate(answer.tool_calls):
+        first = {"index": index, **_call(call)}
+        first["function"] = {"name": call.name, "arguments": ""}
+        yield chunk({"tool_calls": [first]})
+        for piece in pieces(call.arguments, 5):
+            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+    yield chunk({}, finish_reason)
+    if usage is not None:
+        yield json.dumps({**_head(body, "chat.completion.chunk"), "choices": [], "usage": usage})
+    yield "[DONE]"

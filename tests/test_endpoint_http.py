@@ -1,0 +1,332 @@
+"""What both endpoints share: retries, timeouts, errors, SSE parsing, secrecy of the key, by_name."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import re
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import attrs
+import pytest
+import requests
+from fake_anthropic import FakeAnthropic, text
+from fake_anthropic import Reply as AnthropicReply
+from fake_openai import Call, FakeOpenAI
+from fake_openai import Reply as OpenAIReply
+from fake_server import Drop, Fail, FakeServer, Handler, Stall
+
+import agentsessions as agent
+from agentsessions import events as ev
+from agentsessions.endpoints import AnthropicEndpoint, EndpointError, OpenAIEndpoint, by_name
+from agentsessions.endpoints._http import ServerSentEvent, parse_sse
+
+KEY = "sk-test-4b1d-6e2f-never-print-me-0a9c"
+HI = agent.ModelRequest("", (agent.Message.user("Hi"),))
+OK = AnthropicReply([text("ok")])
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeAnthropic]:
+    with FakeAnthropic(api_key=KEY) as server:
+        yield server
+
+
+def claude(fake: FakeAnthropic, **options: Any) -> AnthropicEndpoint:
+    """An endpoint on ``fake`` that retries twice (the default), without waiting."""
+    return AnthropicEndpoint("claude-test", api_key=KEY, base_url=fake.origin, **{"backoff": 0, **options})
+
+
+# Retries
+
+
+def test_overloaded_is_retried_until_it_answers(fake: FakeAnthropic) -> None:
+    fake.add(Fail(529, "overloaded_error", "Overloaded"), Fail(529, "overloaded_error", "Overloaded"), OK)
+    assert claude(fake).complete(HI).message.text == "ok"
+    assert fake.attempts == 3
+
+
+@pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 504, 529])
+def test_each_transient_status_is_retried(fake: FakeAnthropic, status: int) -> None:
+    fake.add(Fail(status, "api_error", "try again"), OK)
+    assert claude(fake).complete(HI).message.text == "ok"
+
+
+def test_when_retries_run_out_the_last_error_reaches_the_caller_intact(fake: FakeAnthropic) -> None:
+    fake.add(*[Fail(529, "overloaded_error", "Overloaded")] * 3)
+    with pytest.raises(EndpointError) as caught:
+        claude(fake).complete(HI)
+    assert (caught.value.status, caught.value.type, caught.value.message) == (529, "overloaded_error", "Overloaded")
+    assert str(caught.value) == "529 overloaded_error: Overloaded"
+    assert fake.attempts == 3
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 413])
+def test_client_errors_are_never_retried(fake: FakeAnthropic, status: int) -> None:
+    fake.add(Fail(status, "invalid_request_error", "no", retry_after="0"), OK)
+    with pytest.raises(EndpointError) as caught:
+        claude(fake).complete(HI)
+    assert caught.value.status == status and fake.attempts == 1
+
+
+def test_retry_after_is_honoured_up_to_max_retry_wait(fake: FakeAnthropic) -> None:
+    fake.add(Fail(429, "rate_limit_error", "slow down", retry_after="3600"), OK)
+    started = time.monotonic()
+    assert claude(fake, max_retry_wait=1).complete(HI).message.text == "ok"
+    # backoff is 0, so the wait is Retry-After's, capped at one second.
+    assert 1 <= time.monotonic() - started < 5
+
+
+def test_a_dropped_connection_is_retried(fake: FakeAnthropic) -> None:
+    fake.add(Drop(), OK)
+    assert claude(fake).complete(HI).message.text == "ok"
+    assert fake.attempts == 2
+
+
+def test_a_connection_that_keeps_dropping_is_an_error_without_status(fake: FakeAnthropic) -> None:
+    fake.add(Drop(), Drop())
+    with pytest.raises(EndpointError) as caught:
+        claude(fake, max_retries=1).complete(HI)
+    assert caught.value.status == 0
+    assert isinstance(caught.value.__cause__, requests.RequestException)
+
+
+# Timeouts and unreachable servers
+
+
+def test_a_slow_server_times_out(fake: FakeAnthropic) -> None:
+    fake.add(Stall(5), Stall(5))
+    started = time.monotonic()
+    with pytest.raises(EndpointError, match="timed out") as caught:
+        claude(fake, timeout=(1, 0.2), max_retries=1).complete(HI)
+    assert time.monotonic() - started < 2
+    assert caught.value.status == 0 and isinstance(caught.value.__cause__, requests.RequestException)
+    assert fake.attempts == 2  # a timeout is retried like a drop
+
+
+def test_a_stream_that_stalls_times_out(fake: FakeAnthropic) -> None:
+    fake.add(Stall(5))
+    with pytest.raises(EndpointError, match="timed out"):
+        claude(fake, timeout=0.2, max_retries=0, stream=True).complete(HI)
+
+
+def test_nobody_listening_is_an_error_without_status() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    endpoint = AnthropicEndpoint("claude-test", api_key=KEY, base_url=f"http://127.0.0.1:{port}", max_retries=0)
+    with pytest.raises(EndpointError) as caught:
+        endpoint.complete(HI)
+    assert caught.value.status == 0 and f"127.0.0.1:{port}/v1/messages" in caught.value.message
+    assert isinstance(caught.value.__cause__, requests.ConnectionError)
+
+
+@pytest.mark.parametrize("timeout", [None, 0, -1, float("inf"), (1, None), (1, 2, 3), "5"])
+def test_timeouts_must_be_finite(timeout: object) -> None:
+    with pytest.raises(ValueError, match="timeout"):
+        AnthropicEndpoint("claude-test", api_key=KEY, timeout=timeout)  # type: ignore[arg-type]
+
+
+# Error bodies that are not the provider's JSON
+
+
+class _Raw(FakeServer):
+    """Answers every request with a fixed status and body, as a proxy or a local server might."""
+
+    path = "/v1/chat/completions"
+
+    def __init__(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        super().__init__(api_key=KEY)
+        self.status, self.raw, self.extra = status, body, headers or {}
+
+    def check(self, headers: dict[str, str], body: dict[str, object]) -> None:
+        pass
+
+    def reply(self, handler: Handler, body: dict[str, object], answer: object) -> None:
+        handler.send_response(self.status)
+        handler.send_header("content-length", str(len(self.raw)))
+        for name, value in self.extra.items():
+            handler.send_header(name, value)
+        handler.end_headers()
+        handler.wfile.write(self.raw)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "message", "kind"),
+    [
+        (502, b"<html><body>Bad gateway</body></html>", "<html><body>Bad gateway</body></html>", ""),
+        (404, b'{"error": "model \'qwen\' not found"}', "model 'qwen' not found", ""),
+        (400, b'{"object": "error", "message": "too long", "type": "BadRequestError"}', "too long", "BadRequestError"),
+        (422, b'{"detail": "nope"}', '{"detail": "nope"}', ""),
+    ],
+)
+def test_compatible_servers_errors_keep_their_message(status: int, body: bytes, message: str, kind: str) -> None:
+    with _Raw(status, body) as server:
+        server.add(None)
+        endpoint = OpenAIEndpoint("qwen", api_key=KEY, base_url=server.origin + "/v1", max_retries=0)
+        with pytest.raises(EndpointError) as caught:
+            endpoint.complete(HI)
+    assert (caught.value.status, caught.value.message, caught.value.type) == (status, message, kind)
+
+
+def test_an_answer_that_is_not_the_provider_s_format_is_an_endpoint_error() -> None:
+    with _Raw(200, b'{"choices": []}') as server:
+        server.add(None)
+        with pytest.raises(EndpointError, match="cannot read"):
+            OpenAIEndpoint("qwen", api_key=KEY, base_url=server.origin + "/v1").complete(HI)
+
+
+def test_a_redirect_is_reported_not_followed(fake: FakeAnthropic) -> None:
+    # Following it would carry x-api-key to another host (requests strips only Authorization).
+    with _Raw(307, b"", {"location": fake.origin + "/v1/messages"}) as redirecting:
+        redirecting.path = "/v1/messages"
+        redirecting.add(None)
+        with pytest.raises(EndpointError, match=re.escape(f"redirected to {fake.origin}/v1")) as caught:
+            AnthropicEndpoint("m", api_key=KEY, base_url=redirecting.origin).complete(HI)
+    assert caught.value.status == 307 and fake.attempts == 0
+
+
+# Sessions
+
+
+def test_a_callers_session_is_used_as_it_is_and_left_open(fake: FakeAnthropic) -> None:
+    session = requests.Session()
+    fake.add(Fail(529, "overloaded_error", "Overloaded"), OK)
+    with claude(fake, session=session) as endpoint, pytest.raises(EndpointError):
+        endpoint.complete(HI)  # the caller's session has no retrying adapter: one attempt
+    assert fake.attempts == 1
+    assert endpoint.complete(HI).message.text == "ok"  # close() left the caller's session usable
+
+
+# Server-sent events
+
+
+def events(*chunks: bytes) -> list[tuple[str, str]]:
+    return [(e.event, e.data) for e in parse_sse(chunks)]
+
+
+def test_sse_lines_may_end_in_crlf_lf_or_cr_and_be_cut_anywhere() -> None:
+    stream = b"event: a\r\ndata: 1\r\n\r\ndata: 2\n\ndata: 3\r\rdata: 4\r\n\r\n"
+    expected = [("a", "1"), ("message", "2"), ("message", "3"), ("message", "4")]
+    assert events(stream) == expected
+    for cut in range(len(stream)):
+        assert events(stream[:cut], stream[cut:]) == expected, cut
+    assert events(*[bytes([b]) for b in stream]) == expected
+
+
+def test_sse_multiline_data_comments_and_unknown_fields() -> None:
+    stream = b": keep-alive\ndata: first\ndata:second\nid: 7\nretry: 10\nfoo\ndata\n\n"
+    assert events(stream) == [("message", "first\nsecond\n")]
+
+
+def test_sse_utf8_split_between_chunks_and_raw_line_separators_in_data() -> None:
+    raw = 'data: {"t": "ü\u2028✓\x85"}\n\n'.encode()
+    assert events(raw[:9], raw[9:11], raw[11:]) == [("message", '{"t": "ü\u2028✓\x85"}')]
+
+
+def test_sse_an_event_without_its_blank_line_is_dropped() -> None:
+    assert events(b"data: done\n\ndata: cut") == [("message", "done")]
+    assert list(parse_sse([b"data: x\n\n"])) == [ServerSentEvent("message", "x")]
+
+
+# The key stays secret
+
+
+def run_everything(make: Callable[[str], agent.Endpoint], fake: FakeServer, replies: list[object]) -> list[str]:
+    """A full run, a provider error and a network error; everything they show, as text."""
+    seen: list[str] = []
+    recorded: list[ev.Event] = []
+
+    @agent.tool
+    def echo(word: str) -> str:
+        """Echo a word."""
+        return word
+
+    fake.add(*replies, Fail(500, "api_error", "boom"), Fail(500, "api_error", "boom"), Fail(500, "api_error", "boom"))
+    endpoint = make(fake.origin)
+    result = agent.Runner().run(agent.Spec(tools=[echo]), [agent.Message.user("hi")], endpoint, recorded.append)
+    seen += [repr(endpoint), str(endpoint), repr(result), *map(repr, recorded)]
+    for broken in (endpoint, make("http://127.0.0.1:9")):
+        try:
+            agent.Runner().run(agent.Spec(), [agent.Message.user("hi")], broken, recorded.append)
+        except agent.RunError as error:
+            seen += ["".join(traceback.format_exception(error)), repr(error), repr(error.__cause__)]
+    seen += map(repr, recorded)
+    return seen
+
+
+@attrs.frozen
+class Provider:
+    server: type[FakeServer]
+    make: Callable[[str], agent.Endpoint]
+    replies: list[object]
+
+
+PROVIDERS = {
+    "anthropic": Provider(
+        FakeAnthropic,
+        lambda origin: AnthropicEndpoint("m", api_key=KEY, base_url=origin, stream=True, backoff=0),
+        [
+            AnthropicReply([{"type": "tool_use", "id": "toolu_1", "name": "echo", "input": {"word": "x"}}]),
+            AnthropicReply([text("done")]),
+        ],
+    ),
+    "openai": Provider(
+        FakeOpenAI,
+        lambda origin: OpenAIEndpoint("m", api_key=KEY, base_url=origin + "/v1", stream=True, backoff=0),
+        [OpenAIReply(None, [Call("call_1", "echo", '{"word": "x"}')]), OpenAIReply("done")],
+    ),
+}
+
+
+@pytest.mark.parametrize("provider", PROVIDERS.values(), ids=PROVIDERS.keys())
+def test_the_key_appears_in_no_event_log_repr_or_error(provider: Provider, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)  # urllib3's connection and retry lines included
+    with provider.server(api_key=KEY) as fake:
+        seen = run_everything(provider.make, fake, provider.replies)
+    assert KEY in str(fake.requests[0].headers)  # it was sent, in its header
+    logged = [caplog.text, *(str(record.__dict__) for record in caplog.records)]
+    assert any("urllib3" in record.name for record in caplog.records)
+    assert any("agentsessions.endpoints" in record.name for record in caplog.records)
+    for text_ in [*seen, *logged]:
+        assert KEY not in text_
+
+
+def test_the_key_cannot_be_pickled_or_printed() -> None:
+    endpoint = AnthropicEndpoint("m", api_key=KEY)
+    assert KEY not in repr(vars(endpoint))
+    with pytest.raises(TypeError, match="not pickled"):
+        pickle.dumps(endpoint)
+
+
+# by_name and the lazy imports
+
+
+def test_by_name_builds_the_endpoint_it_names() -> None:
+    claude = by_name("anthropic:claude-sonnet-4-5", api_key=KEY)
+    assert isinstance(claude, AnthropicEndpoint) and claude.model == "claude-sonnet-4-5"
+    local = by_name("openai:qwen3:8b", api_key=KEY, base_url="http://127.0.0.1:11434/v1")
+    assert isinstance(local, OpenAIEndpoint) and local.model == "qwen3:8b"
+    assert local.base_url == "http://127.0.0.1:11434/v1"
+
+
+@pytest.mark.parametrize("name", ["claude-sonnet-4-5", "anthropic:", "gemini:pro", ":gpt", ""])
+def test_by_name_refuses_what_it_does_not_know(name: str) -> None:
+    with pytest.raises(ValueError, match="'anthropic:MODEL', 'openai:MODEL'"):
+        by_name(name)
+
+
+def test_importing_the_endpoints_package_does_not_import_requests() -> None:
+    code = (
+        "import sys, agentsessions, agentsessions.endpoints as e; assert 'requests' not in sys.modules; "
+        "e.ScriptedEndpoint; e.EndpointError; e.OpenAIEndpoint; assert 'requests' in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        _ = agent.endpoints.Nope
