@@ -76,8 +76,7 @@ class Result:
 class Run:
     """A run in progress. ``steer`` and ``cancel`` are safe from any thread and do no I/O."""
 
-    def __init__(self, loop: ReactLoop, emit: EventSink | None) -> None:
-        self._loop = loop
+    def __init__(self, spec: Spec, messages: list[Message], endpoint: Endpoint, emit: EventSink | None) -> None:
         self._emit = emit
         self._box: list[str] = []
         self._box_lock = threading.Lock()
@@ -86,8 +85,7 @@ class Run:
         self._finished = threading.Event()
         self._result: Result | None = None
         self._error: RunError | None = None
-        loop.take_box = self._take_box
-        loop.cancelled = lambda: self._cancelled
+        self._loop = ReactLoop(spec, messages, endpoint, emit, self._take_box, lambda: self._cancelled)
 
     def steer(self, text: str) -> None:
         """Put ``text`` before the model at the run's next request.
@@ -183,8 +181,7 @@ class Runner:
             raise TypeError(f"endpoint must have a complete(request) method, got {type(endpoint).__name__}")
         if events is not None and not callable(events):
             raise TypeError(f"events must be a callable or None, got {type(events).__name__}")
-        loop = ReactLoop(spec, check_transcript(messages), endpoint, events, list, lambda: False)
-        return Run(loop, events)
+        return Run(spec, check_transcript(messages), endpoint, events)
 
 
 __all__ = ["Pattern", "Result", "Run", "Runner", "Spec", "StopReason"]
