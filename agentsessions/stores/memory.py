@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from agentsessions.messages import Message, check_transcript
+from agentsessions.messages import Message, check_transcript, transcript_list
 from agentsessions.session import check_session_id, check_steer
 
 
@@ -35,7 +35,12 @@ class MemoryStore:
     def save(self, session_id: str, messages: Sequence[Message]) -> None:
         """Make ``messages`` the session's transcript (a snapshot: later changes to the list do not leak in)."""
         entry = self._entry(session_id)
-        snapshot = tuple(check_transcript(messages))
+        snapshot = tuple(transcript_list(messages))
+        stored = entry.messages
+        # Only what differs from the stored transcript needs checking: the shared prefix compares
+        # equal, a pointer check per message when they are the same objects, as in a run.
+        shared = len(stored) if snapshot[: len(stored)] == stored else 0
+        check_transcript(snapshot, start=shared)
         with entry.lock:
             entry.messages = snapshot
 
