@@ -1,22 +1,104 @@
-"""The README cannot drift: its Python blocks run, and CI runs the test command it gives."""
+"""The README cannot drift: every Python block runs, and CI runs the test command it gives.
+
+Blocks that need a database run against this machine's servers, with the README's
+example connection settings swapped for the test ones, each in a scratch schema or
+database of its own.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import re
+import secrets
+from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
+import pymysql
+import pymongo
 import pytest
+from conftest import MONGODB_URI, MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, POSTGRES_DSN, require_server
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
+BLOCKS = re.findall(r"^```python\n(.*?)^```", README, re.MULTILINE | re.DOTALL)
+SERVER_MARKS = {"PostgreSQL": "postgres.SCHEMA", "MariaDB": "mysql.SCHEMA", "MongoDB": "mongodb.INDEXES"}
 
 
-def test_the_readme_python_blocks_run_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    blocks = re.findall(r"^```python\n(.*?)^```", README, re.MULTILINE | re.DOTALL)
-    assert len(blocks) >= 5
+def _server_of(block: str) -> str | None:
+    return next((name for name, mark in SERVER_MARKS.items() if mark in block), None)
+
+
+def _run(block: str, name: str, replacements: dict[str, str] | None = None) -> None:
+    for old, new in (replacements or {}).items():
+        assert old in block, f"the README's {name} block no longer says {old!r}"
+        block = block.replace(old, new)
+    exec(compile(block, f"README.md ({name})", "exec"), {"__name__": "readme"})
+
+
+def test_the_offline_blocks_run_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    offline = [block for block in BLOCKS if _server_of(block) is None]
+    assert len(offline) >= 6
     monkeypatch.chdir(tmp_path)
-    for number, block in enumerate(blocks, 1):
-        exec(compile(block, f"README.md python block {number}", "exec"), {"__name__": f"readme_{number}"})
+    for number, block in enumerate(offline, 1):
+        _run(block, f"block {number}")
+
+
+def _block_for(server: str) -> str:
+    blocks = [block for block in BLOCKS if _server_of(block) == server]
+    assert len(blocks) == 1, f"expected one README block for {server}"
+    return blocks[0]
+
+
+def test_the_postgres_block_runs() -> None:
+    admin = require_server("PostgreSQL", lambda: psycopg.connect(POSTGRES_DSN, autocommit=True, connect_timeout=5))
+    schema = f"agentsessions_readme_{secrets.token_hex(4)}"
+    admin.execute(f"CREATE SCHEMA {schema}")
+    try:
+        dsn = f'"{POSTGRES_DSN}", kwargs={{"options": "-c search_path={schema}"}}'
+        _run(_block_for("PostgreSQL"), "PostgreSQL", {'"host=127.0.0.1 dbname=myapp user=myapp"': dsn})
+        assert admin.execute(f"SELECT to_regclass('{schema}.agentsessions_sessions')").fetchone() != (None,)
+    finally:
+        admin.execute(f"DROP SCHEMA {schema} CASCADE")
+        admin.close()
+
+
+def test_the_mysql_block_runs() -> None:
+    settings = {"host": MYSQL_HOST, "port": MYSQL_PORT, "user": MYSQL_USER, "password": MYSQL_PASSWORD}
+    admin = require_server("MariaDB", lambda: pymysql.connect(**settings, autocommit=True, connect_timeout=5))
+    database = f"agentsessions_readme_{secrets.token_hex(4)}"
+    with admin.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {database}")
+    try:
+        ours = ", ".join(f"{key}={value!r}" for key, value in {**settings, "database": database}.items())
+        _run(_block_for("MariaDB"), "MySQL", {'host="127.0.0.1", user="myapp", password="...", database="myapp"': ours})
+        with admin.cursor() as cur:
+            assert cur.execute(f"SHOW TABLES FROM {database}") == 3
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f"DROP DATABASE {database}")
+        admin.close()
+
+
+@contextlib.contextmanager
+def _mongodb_uri() -> Iterator[str]:
+    if MONGODB_URI:
+        yield MONGODB_URI
+        return
+    from secantus import SecantusDBServer
+
+    with SecantusDBServer(storage_path=":memory:") as server:
+        yield server.uri
+
+
+def test_the_mongodb_block_runs() -> None:
+    with contextlib.ExitStack() as stack:
+        uri = require_server("MongoDB", lambda: stack.enter_context(_mongodb_uri()))
+        database = f"agentsessions_readme_{secrets.token_hex(4)}"
+        _run(_block_for("MongoDB"), "MongoDB", {'"mongodb://127.0.0.1:27017"': repr(uri), '"myapp"': repr(database)})
+        with pymongo.MongoClient(uri) as client:
+            assert "agentsessions_messages_key" in client[database]["agentsessions_messages"].index_information()
+            client.drop_database(database)
 
 
 def test_ci_runs_the_readme_test_command() -> None:

@@ -21,28 +21,29 @@ from agentsessions.messages import Message
 from agentsessions.session import check_session_id, check_steer
 from agentsessions.stores._incremental import KnownSessions, SavePlan, new_revision, plan_save
 
-# Message bodies are codec JSON text. Steers are BLOBs of UTF-8 with surrogates passed
-# through, so any str round-trips. Messages live in a rowid table with a separate key:
-# WITHOUT ROWID would store kilobyte rows in half-empty pages, doubling the file.
+# Ids and steers are BLOBs of their UTF-8 with surrogates passed through, so any str
+# round-trips and ids compare byte for byte. Message bodies are codec JSON text, in a
+# rowid table with a separate key: WITHOUT ROWID would store kilobyte rows in half-empty
+# pages, doubling the file. Steers are small, so they sit in their key's own B-tree.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS agentsessions_sessions (
-    id          TEXT    PRIMARY KEY,
+    id          BLOB    PRIMARY KEY,
     revision    INTEGER NOT NULL,
     length      INTEGER NOT NULL,
     updated_at  REAL    NOT NULL
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS agentsessions_messages (
-    session_id  TEXT    NOT NULL,
+    session_id  BLOB    NOT NULL,
     position    INTEGER NOT NULL,
     body        TEXT    NOT NULL,
     UNIQUE (session_id, position)
 );
 CREATE TABLE IF NOT EXISTS agentsessions_steers (
-    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
-    session_id  TEXT    NOT NULL,
-    text        BLOB    NOT NULL
-);
-CREATE INDEX IF NOT EXISTS agentsessions_steers_by_session ON agentsessions_steers (session_id, seq);
+    session_id  BLOB    NOT NULL,
+    seq         INTEGER NOT NULL,
+    text        BLOB    NOT NULL,
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
 """
 
 _SELECT_SESSION = "SELECT revision, length FROM agentsessions_sessions WHERE id = ?"
@@ -54,7 +55,11 @@ INSERT INTO agentsessions_sessions (id, revision, length, updated_at) VALUES (?,
 ON CONFLICT (id) DO UPDATE SET revision = excluded.revision, length = excluded.length,
                                updated_at = excluded.updated_at
 """
-_INSERT_STEER = "INSERT INTO agentsessions_steers (session_id, text) VALUES (?, ?)"
+# SQLite runs one write at a time, so the next number in the session cannot be taken twice.
+_INSERT_STEER = """
+INSERT INTO agentsessions_steers (session_id, seq, text)
+SELECT ?1, coalesce(max(seq), 0) + 1, ?2 FROM agentsessions_steers WHERE session_id = ?1
+"""
 # RETURNING gives rows in no promised order, so each carries its seq to sort by.
 _TAKE_STEERS = "DELETE FROM agentsessions_steers WHERE session_id = ? RETURNING seq, text"
 
@@ -82,22 +87,22 @@ class SQLiteStore:
     def save(self, session_id: str, messages: Sequence[Message]) -> None:
         """Make ``messages`` the transcript; writes only what is new since this store last saw it."""
         plan = plan_save(self._known, session_id, messages)
-        revision = new_revision()
+        revision, key = new_revision(), encode_text(session_id)
         with self._errors("save the transcript", session_id), self._transaction("BEGIN IMMEDIATE") as db:
-            row = db.execute(_SELECT_SESSION, (session_id,)).fetchone()
+            row = db.execute(_SELECT_SESSION, (key,)).fetchone()
             keep = plan.rows_to_keep(row[0] if row else None)
             if row and row[1] > keep:
-                db.execute(_DELETE_MESSAGES_FROM, (session_id, keep))
-            db.executemany(_INSERT_MESSAGE, _rows(plan, keep))
-            db.execute(_UPSERT_SESSION, (session_id, revision, len(plan.messages), time.time()))
+                db.execute(_DELETE_MESSAGES_FROM, (key, keep))
+            db.executemany(_INSERT_MESSAGE, _rows(key, plan, keep))
+            db.execute(_UPSERT_SESSION, (key, revision, len(plan.messages), time.time()))
         self._known.remember(session_id, revision, plan.messages)
 
     def messages(self, session_id: str) -> list[Message]:
         """The session's transcript, empty if it has none."""
-        check_session_id(session_id)
+        key = encode_text(check_session_id(session_id))
         with self._errors("read the transcript", session_id), self._transaction("BEGIN") as db:
-            row = db.execute(_SELECT_SESSION, (session_id,)).fetchone()
-            bodies = db.execute(_SELECT_MESSAGES, (session_id,)).fetchall()
+            row = db.execute(_SELECT_SESSION, (key,)).fetchone()
+            bodies = db.execute(_SELECT_MESSAGES, (key,)).fetchall()
         loaded = [load_message(body) for (body,) in bodies]
         if row:
             self._known.remember(session_id, row[0], loaded)
@@ -105,16 +110,16 @@ class SQLiteStore:
 
     def add_steer(self, session_id: str, text: str) -> None:
         """Leave a steer for the session's next run."""
-        check_session_id(session_id)
+        key = encode_text(check_session_id(session_id))
         check_steer(text)
         with self._errors("add a steer", session_id):
-            self._connection().execute(_INSERT_STEER, (session_id, encode_text(text)))
+            self._connection().execute(_INSERT_STEER, (key, encode_text(text)))
 
     def take_steers(self, session_id: str) -> list[str]:
         """Remove and return the waiting steers, oldest first; each goes to exactly one caller."""
-        check_session_id(session_id)
+        key = encode_text(check_session_id(session_id))
         with self._errors("take steers", session_id):
-            rows = self._connection().execute(_TAKE_STEERS, (session_id,)).fetchall()
+            rows = self._connection().execute(_TAKE_STEERS, (key,)).fetchall()
         return [decode_text(text) for _, text in sorted(rows)]
 
     def close(self) -> None:
@@ -159,9 +164,9 @@ class SQLiteStore:
             raise StoreError(f"SQLite store {self.path!r} could not {action}{where}: {error}") from error
 
 
-def _rows(plan: SavePlan, keep: int) -> Iterator[tuple[str, int, str]]:
+def _rows(key: bytes, plan: SavePlan, keep: int) -> Iterator[tuple[bytes, int, str]]:
     for position in range(keep, len(plan.messages)):
-        yield plan.session_id, position, dump_message(plan.messages[position])
+        yield key, position, dump_message(plan.messages[position])
 
 
 def open(path: str | os.PathLike[str] | Path, *, timeout: float = 10.0) -> SQLiteStore:

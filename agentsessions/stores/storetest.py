@@ -319,6 +319,7 @@ _TRICKY_SUFFIXES = (
     *("a", "a%", "a_", "A", "a'", 'a"', "a\\", "a;--", "a' OR '1'='1", "%", "_", "*", "a*", "a.*", "?"),
     *(".", "a.b", "$a", "{}", "a b", " a", "a ", "a  ", "a\t", "a\n", "a\x00", "a\x00b", "\uff41", "á"),
     *("é", "e\u0301", "e", "E", "ß", "ss", "İ", "i", "\u0131", "🙂", "😀", "שלום", "\u200b", "a\u200b"),
+    *("\ud800", "a\udfff", "\udfff\ud800"),  # lone surrogates: a str can hold them, UTF-8 cannot
 )
 
 

@@ -1,0 +1,304 @@
+"""The MongoDB store: the conformance suite, missing indexes, 16 MB limits, incremental saves, races.
+
+Against a SecantusDB server started in this process (a MongoDB wire-protocol server), or
+the server at ``AGENTSESSIONS_TEST_MONGODB``. Each test uses a database of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pymongo
+import pytest
+from conftest import MONGODB_URI, require_server
+from pymongo import MongoClient
+from pymongo.database import Database
+from pymongo.monitoring import CommandFailedEvent, CommandListener, CommandStartedEvent, CommandSucceededEvent
+
+import agentsessions as agent
+from agentsessions.codec import dump_message
+from agentsessions.stores import mongodb, storetest
+
+Client = MongoClient[dict[str, Any]]
+
+# SecantusDB's find_one_and_update scans the whole collection, and every example of the
+# suite adds sessions, so the suite runs fewer examples here than its default of 50.
+EXAMPLES = 25
+
+
+def _connect(stack: contextlib.ExitStack, **options: Any) -> Client:
+    uri = MONGODB_URI
+    if not uri:
+        from secantus import SecantusDBServer
+
+        uri = stack.enter_context(SecantusDBServer(storage_path=":memory:", **options)).uri
+    client: Client = stack.enter_context(MongoClient(uri, serverSelectionTimeoutMS=5000))
+    client.admin.command("ping")
+    return client
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Client]:
+    with contextlib.ExitStack() as stack:
+        yield require_server("MongoDB", functools.partial(_connect, stack))
+
+
+def _create_indexes(database: Database[Any]) -> None:
+    for name, models in mongodb.INDEXES.items():
+        database[name].create_indexes(models)
+
+
+@contextlib.contextmanager
+def _scratch(client: Client, *, indexes: bool = True) -> Iterator[Database[Any]]:
+    database: Database[Any] = client[f"agentsessions_test_{uuid.uuid4().hex[:12]}"]
+    if indexes:
+        _create_indexes(database)
+    try:
+        yield database
+    finally:
+        client.drop_database(database.name)
+
+
+@pytest.fixture
+def database(client: Client) -> Iterator[Database[Any]]:
+    with _scratch(client) as database:
+        yield database
+
+
+def _transcript(n: int, tag: str = "") -> list[agent.Message]:
+    return [agent.Message.user(f"{tag}message {i}") for i in range(n)]
+
+
+def test_the_mongodb_store_keeps_the_contract(database: Database[Any]) -> None:
+    # A new store object each time, over the same database: the suite uses two as replicas.
+    report = storetest.run(lambda: mongodb.MongoStore(database), max_examples=EXAMPLES)
+    print(report, dict(report.examples))
+    assert report.replicas
+
+
+def test_missing_indexes_raise_schema_missing_error_naming_indexes(client: Client) -> None:
+    with _scratch(client, indexes=False) as database:
+        store = mongodb.MongoStore(database)
+        for call in (lambda: store.messages("s"), lambda: store.save("s", []), lambda: store.add_steer("s", "x")):
+            with pytest.raises(agent.SchemaMissingError, match=r"agentsessions\.stores\.mongodb\.INDEXES"):
+                call()
+        _create_indexes(database)
+        store.save("s", _transcript(2))  # the same store object checks again, and finds them
+        assert store.messages("s") == _transcript(2)
+
+
+def test_importing_without_pymongo_names_the_extra() -> None:
+    probe = "import sys; sys.modules['pymongo'] = None; import agentsessions.stores.mongodb"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "ImportError" in result.stderr and "pip install agentsessions[mongodb]" in result.stderr
+
+
+def test_a_transcript_over_16_mb_round_trips(database: Database[Any]) -> None:
+    big = [agent.Message.user(f"{i}: " + "é" * 500_000) for i in range(20)]  # 20 MB of UTF-8
+    mongodb.MongoStore(database).save("big", big)
+    assert mongodb.MongoStore(database).messages("big") == big
+
+
+def test_a_single_17_mb_message_round_trips(database: Database[Any]) -> None:
+    # 17 MB of UTF-8 in 10-byte runs, so the 15 MiB cut falls inside a character.
+    text = "\x00\ud800" + "é€🙂a" * (17 * 1024 * 1024 // 10)
+    transcript = [agent.Message.user("before"), agent.Message.assistant(text), agent.Message.user("after")]
+    store = mongodb.MongoStore(database)
+    store.save("huge", transcript)
+    assert database[mongodb.MESSAGES].count_documents({"session_id": "huge", "position": 1}) == 2
+    assert mongodb.MongoStore(database).messages("huge") == transcript
+    store.save("huge", [*transcript, agent.Message.user("one more")])  # appends after a split message
+    assert mongodb.MongoStore(database).messages("huge") == [*transcript, agent.Message.user("one more")]
+
+
+class _Inserts(CommandListener):
+    """Counts the message documents sent in insert commands."""
+
+    def __init__(self) -> None:
+        self.documents = 0
+
+    def started(self, event: CommandStartedEvent) -> None:
+        if event.command_name == "insert" and event.command["insert"] == mongodb.MESSAGES:
+            self.documents += len(event.command["documents"])
+
+    def succeeded(self, event: CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: CommandFailedEvent) -> None:
+        pass
+
+
+def test_a_save_inserts_only_the_new_messages(client: Client, database: Database[Any]) -> None:
+    inserts = _Inserts()
+    host, port = client.address or ("127.0.0.1", 27017)
+    watched: Client
+    with MongoClient(host, port, event_listeners=[inserts]) as watched:
+        store = mongodb.MongoStore(watched[database.name])
+        messages = _transcript(50)
+        store.save("s", messages)
+        assert inserts.documents == 50
+        store.save("s", [*messages, agent.Message.assistant("one more")])
+        assert inserts.documents == 51
+        store.save("s", [*messages[:-1], agent.Message.user("changed"), agent.Message.assistant("one more")])
+        assert inserts.documents == 53  # the changed message and the one after it
+        store.save("s", messages[:10])
+        assert inserts.documents == 53  # a cut writes nothing
+        mongodb.MongoStore(database).save("s", messages[:3])  # another writer: the store notices
+        store.save("s", messages[:4])
+        assert inserts.documents == 57
+        assert mongodb.MongoStore(database).messages("s") == messages[:4]
+    assert database[mongodb.MESSAGES].count_documents({"session_id": "s"}) == 4  # garbage is collected
+
+
+def _race(database: Database[Any], candidates: list[list[agent.Message]], writers: int, seconds: float) -> set[int]:
+    """Writers save the candidates in turn while readers check each read is one of them; the lengths seen."""
+    allowed = {tuple(c) for c in candidates}
+    seen: set[int] = set()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def write(offset: int) -> None:
+        store = mongodb.MongoStore(database)
+        for transcript in itertools.islice(itertools.cycle(candidates), offset, None):
+            if stop.is_set():
+                return
+            store.save("raced", transcript)
+
+    def read() -> None:
+        store = mongodb.MongoStore(database)
+        while not stop.is_set():
+            got = store.messages("raced")
+            assert tuple(got) in allowed, f"a transcript of {len(got)} messages that was never saved"
+            seen.add(len(got))
+
+    def guarded(target: Callable[[], None]) -> None:
+        try:
+            target()
+        except BaseException as error:
+            errors.append(error)
+            stop.set()
+
+    mongodb.MongoStore(database).save("raced", candidates[0])
+    targets = [functools.partial(write, w) for w in range(writers)] + [read] * 3
+    threads = [threading.Thread(target=guarded, args=(t,)) for t in targets]
+    for thread in threads:
+        thread.start()
+    time.sleep(seconds)
+    stop.set()
+    for thread in threads:
+        thread.join(30)
+    if errors:
+        raise errors[0]
+    return seen
+
+
+def test_readers_never_see_a_mix_while_a_writer_alternates(database: Database[Any]) -> None:
+    base = _transcript(30)
+    candidates = [
+        base,
+        [*base, *_transcript(5, "more ")],  # an append
+        [*base[:-1], agent.Message.user("a steer joined the last message")],  # a change at the end
+        base[:10],  # a cut
+        _transcript(25, "other "),  # a different transcript
+    ]
+    seen = _race(database, candidates, writers=1, seconds=3.0)
+    assert len(seen) >= 2  # the readers did overlap the writer
+    assert mongodb.MongoStore(database).messages("raced") in candidates
+
+
+def test_writers_racing_on_one_session_leave_one_whole_transcript(database: Database[Any]) -> None:
+    candidates = [_transcript(12, "first "), [*_transcript(12, "first "), *_transcript(3)], _transcript(7, "second ")]
+    _race(database, candidates, writers=3, seconds=3.0)
+    final = mongodb.MongoStore(database).messages("raced")
+    assert final in candidates
+    assert database[mongodb.MESSAGES].count_documents({"session_id": "raced"}) >= len(final)
+
+
+def test_a_dead_writers_documents_do_not_block_the_next_save(database: Database[Any]) -> None:
+    store = mongodb.MongoStore(database)
+    store.save("s", _transcript(3))
+    state = database[mongodb.SESSIONS].find_one({"_id": "s"})
+    assert state is not None
+    epoch = state["segments"][-1]["epoch"]
+    # What a writer leaves when it dies between inserting an append and committing it.
+    database[mongodb.MESSAGES].insert_one({"session_id": "s", "epoch": epoch, "position": 3, "body": "left behind"})
+    assert mongodb.MongoStore(database).messages("s") == _transcript(3)
+    store.save("s", _transcript(5))
+    assert mongodb.MongoStore(database).messages("s") == _transcript(5)
+    assert database[mongodb.MESSAGES].count_documents({"body": "left behind"}) == 0
+
+
+def test_a_read_that_a_save_and_a_stale_writer_overtook_starts_over(database: Database[Any]) -> None:
+    store = mongodb.MongoStore(database)
+    store.save("s", _transcript(5))
+    before = mongodb._parse_state(database[mongodb.SESSIONS].find_one({"_id": "s"}))
+    assert before is not None
+    # A reader has read `before`. A save changes message 3, commits, and deletes the old 3 and 4...
+    changed = [*_transcript(3), agent.Message.user("changed"), agent.Message.assistant("after")]
+    store.save("s", changed)
+    # ...then a writer that read `before` too puts other messages back under the old keys.
+    epoch = before.segments[-1][0]
+    for position in (3, 4):
+        stale = {"session_id": "s", "epoch": epoch, "position": position, "body": dump_message(agent.Message.user("x"))}
+        database[mongodb.MESSAGES].insert_one(stale)
+    # Every message `before` names is there again, but they are not what was saved: start over.
+    assert store._read("s", before) is None
+    assert store.messages("s") == changed
+
+
+def test_many_changes_keep_few_segments(database: Database[Any]) -> None:
+    store = mongodb.MongoStore(database)
+    transcript = _transcript(5)
+    for step in range(40):  # a steer joins the last message, then the run goes on
+        transcript = [*transcript[:-1], agent.Message.user(f"steered {step}"), agent.Message.assistant(f"{step}")]
+        store.save("s", transcript)
+    state = database[mongodb.SESSIONS].find_one({"_id": "s"})
+    assert state is not None and len(state["segments"]) <= 16
+    assert mongodb.MongoStore(database).messages("s") == transcript
+    assert database[mongodb.MESSAGES].count_documents({"session_id": "s"}) == len(transcript)
+
+
+def test_driver_errors_are_store_errors_naming_the_action_and_session() -> None:
+    unreachable: Client = MongoClient("127.0.0.1", 9, serverSelectionTimeoutMS=200, connect=False)
+    store = mongodb.MongoStore(unreachable["nowhere"], timeout=1.0)
+    with pytest.raises(agent.StoreError, match=r"could not save the transcript of session 'lost'") as caught:
+        store.save("lost", _transcript(1))
+    assert isinstance(caught.value.__cause__, pymongo.errors.PyMongoError)
+    with pytest.raises(agent.StoreError, match=r"could not take steers of session 'lost'"):
+        store.take_steers("lost")
+
+
+def test_a_standalone_server_is_enough() -> None:
+    if MONGODB_URI:
+        pytest.skip("starts its own standalone SecantusDB server")
+    with contextlib.ExitStack() as stack:
+        client = require_server("MongoDB", functools.partial(_connect, stack, replica_set_name=None))
+        assert "setName" not in client.admin.command("hello")
+        with _scratch(client) as database:
+            store = mongodb.MongoStore(database)
+            store.save("s", _transcript(3))
+            store.save("s", [*_transcript(2), agent.Message.user("changed")])
+            store.add_steer("s", "steer")
+            assert mongodb.MongoStore(database).messages("s") == [*_transcript(2), agent.Message.user("changed")]
+            assert store.take_steers("s") == ["steer"]
+
+
+def test_ids_with_lone_surrogates_are_kept_apart(database: Database[Any]) -> None:
+    store = mongodb.MongoStore(database)
+    ids = ["a\ud800", "a\udc00", "a", "a\x00"]
+    for session_id in ids:
+        store.save(session_id, [agent.Message.user(session_id)])
+        store.add_steer(session_id, session_id)
+    for session_id in ids:
+        assert mongodb.MongoStore(database).messages(session_id) == [agent.Message.user(session_id)]
+        assert store.take_steers(session_id) == [session_id]

@@ -1,0 +1,296 @@
+"""The MySQL/MariaDB store: the conformance suite, a missing schema, incremental saves,
+parallel sessions, a connection killed mid-save, and steers taken from several processes.
+
+Each run works in a database of its own (``agentsessions_test_<random>``), dropped at the end.
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import secrets
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pymysql
+import pytest
+from conftest import MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, require_server
+from dbutils.pooled_db import PooledDB
+
+import agentsessions as agent
+from agentsessions.codec import encode_text
+from agentsessions.stores import mysql, storetest
+
+
+def connect(database: str | None = None, **options: Any) -> Any:
+    """A new PyMySQL connection to the test server."""
+    return pymysql.connect(
+        host=MYSQL_HOST, port=MYSQL_PORT, user=MYSQL_USER, password=MYSQL_PASSWORD, database=database, **options
+    )
+
+
+def new_pool(database: str) -> PooledDB:
+    """A DBUtils pool, as a service would have: ``connection()`` lends one, its ``close()`` gives it back."""
+    return PooledDB(
+        pymysql, host=MYSQL_HOST, port=MYSQL_PORT, user=MYSQL_USER, password=MYSQL_PASSWORD, database=database
+    )
+
+
+@pytest.fixture(scope="module")
+def admin() -> Iterator[Any]:
+    """An autocommit connection outside the store, to create databases and watch and kill threads."""
+    connection = require_server("MariaDB", lambda: connect(autocommit=True, connect_timeout=5))
+    _query(connection, "SET SESSION lock_wait_timeout = 30")  # a DROP behind a stuck test fails, not hangs
+    yield connection
+    connection.close()
+
+
+def _create(admin: Any, *, tables: bool) -> str:
+    name = f"agentsessions_test_{secrets.token_hex(4)}"
+    with admin.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {name}")
+    if tables:
+        conn = connect(name)
+        with conn.cursor() as cur:
+            for stmt in mysql.SCHEMA:  # what the user's migration does
+                cur.execute(stmt)
+        conn.close()
+    return name
+
+
+def _drop(admin: Any, name: str) -> None:
+    with admin.cursor() as cur:
+        cur.execute(f"DROP DATABASE {name}")
+
+
+@pytest.fixture(scope="module")
+def database(admin: Any) -> Iterator[str]:
+    """A fresh database with the store's tables, dropped when the module is done."""
+    name = _create(admin, tables=True)
+    yield name
+    _drop(admin, name)
+
+
+@pytest.fixture(scope="module")
+def pool(database: str) -> Iterator[PooledDB]:
+    """The pool the store borrows from."""
+    shared = new_pool(database)
+    yield shared
+    shared.close()
+
+
+@pytest.fixture
+def store(pool: PooledDB) -> mysql.MySQLStore:
+    """A store over the module's pool."""
+    return mysql.MySQLStore(pool.connection)
+
+
+def _transcript(n: int, tag: str = "m") -> list[agent.Message]:
+    return [agent.Message.user(f"{tag}{i}") if i % 2 == 0 else agent.Message.assistant(f"{tag}{i}") for i in range(n)]
+
+
+def _query(admin: Any, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
+    with admin.cursor() as cur:
+        cur.execute(sql, args)
+        return list(cur.fetchall())
+
+
+def _wait_for(what: str, probe: Callable[[], Any], seconds: float = 20.0) -> Any:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = probe()
+        if found:
+            return found
+        time.sleep(0.1)  # polling information_schema faster slows the server's new connections down
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _lock_waits(admin: Any, database: str, table: str) -> list[tuple[Any, ...]]:
+    """The connections to ``database`` waiting for a lock to insert into ``table``."""
+    return _query(
+        admin,
+        "SELECT t.trx_mysql_thread_id FROM information_schema.INNODB_TRX AS t "
+        "JOIN information_schema.PROCESSLIST AS p ON p.ID = t.trx_mysql_thread_id "
+        "WHERE t.trx_state = 'LOCK WAIT' AND p.DB = %s AND t.trx_query LIKE %s",
+        (database, f"%INSERT INTO {table} %"),
+    )
+
+
+def test_the_mysql_store_keeps_the_contract(store: mysql.MySQLStore) -> None:
+    report = storetest.run(lambda: store)
+    print(report, dict(report.examples))
+
+
+def test_an_empty_database_raises_schema_missing_naming_the_schema_to_run(admin: Any) -> None:
+    empty = _create(admin, tables=False)
+    try:
+        store = mysql.MySQLStore(functools.partial(connect, empty))
+        calls: list[Callable[[], object]] = [
+            lambda: store.save("s", [agent.Message.user("hi")]),
+            lambda: store.messages("s"),
+            lambda: store.add_steer("s", "steer"),
+            lambda: store.take_steers("s"),
+        ]
+        for call in calls:
+            with pytest.raises(agent.SchemaMissingError, match=r"agentsessions\.stores\.mysql\.SCHEMA") as caught:
+                call()
+            assert isinstance(caught.value.__cause__, pymysql.err.ProgrammingError)
+            assert "'s'" in str(caught.value)
+    finally:
+        _drop(admin, empty)
+
+
+def test_a_single_connection_is_refused_with_what_to_pass_instead(database: str) -> None:
+    conn = connect(database)
+    try:
+        with pytest.raises(TypeError, match=r"functools\.partial\(pymysql\.connect"):
+            mysql.MySQLStore(conn)
+    finally:
+        conn.close()
+
+
+def test_a_save_writes_only_the_new_messages(store: mysql.MySQLStore, database: str) -> None:
+    messages = _transcript(50)
+    store.save("incremental", messages)
+    watcher = connect(database, autocommit=True)
+    written = functools.partial(
+        _query, watcher, "SELECT position, body FROM agentsessions_messages WHERE session_id = %s"
+    )
+    # Mark every stored row; a save that rewrote a row would replace the mark.
+    _query(
+        watcher, "UPDATE agentsessions_messages SET body = CONCAT(body, ' ') WHERE session_id = %s", ("incremental",)
+    )
+    store.save("incremental", [*messages, agent.Message.user("one more")])
+    assert [p for p, body in written(("incremental",)) if not body.endswith(b" ")] == [50]
+    watcher.close()
+    other = mysql.MySQLStore(store.connect)  # never saw the session: replaces every row, and is right
+    other.save("incremental", messages[:3])
+    assert store.messages("incremental") == messages[:3]
+    store.save("incremental", messages[:4])
+    assert other.messages("incremental") == messages[:4]
+    other.save("incremental", messages[:2])  # now `store` holds a stale revision: it must notice
+    store.save("incremental", messages[:5])
+    assert mysql.MySQLStore(store.connect).messages("incremental") == messages[:5]
+
+
+def test_eight_sessions_on_eight_threads_save_at_the_same_time(
+    store: mysql.MySQLStore, admin: Any, database: str
+) -> None:
+    ids = [f"parallel-{i}" for i in range(8)]
+    for session_id in ids:
+        store.save(session_id, _transcript(2))
+    # Hold all eight session records: each save then waits inside the database, so all
+    # eight are seen waiting at once only if nothing in the store makes them queue.
+    blocker = connect(database)
+    try:
+        with blocker.cursor() as cur:
+            in_ids = ", ".join(["%s"] * len(ids))
+            cur.execute(
+                f"SELECT 1 FROM agentsessions_sessions WHERE id IN ({in_ids}) FOR UPDATE", [encode_text(i) for i in ids]
+            )
+        errors: list[BaseException] = []
+
+        def save(session_id: str) -> None:
+            try:
+                store.save(session_id, _transcript(6, tag=session_id))
+            except BaseException as error:
+                errors.append(error)
+
+        threads = [threading.Thread(target=save, args=(i,)) for i in ids]
+        for thread in threads:
+            thread.start()
+        _wait_for(
+            "eight saves waiting at once", lambda: len(_lock_waits(admin, database, "agentsessions_sessions")) == 8
+        )
+    finally:
+        blocker.close()  # ends its transaction
+    for thread in threads:
+        thread.join(30)
+    assert not errors
+    assert all(store.messages(i) == _transcript(6, tag=i) for i in ids)
+
+
+def test_a_connection_killed_mid_save_leaves_the_old_transcript(
+    store: mysql.MySQLStore, admin: Any, database: str
+) -> None:
+    old = _transcript(3)
+    store.save("killed", old)
+    blocker = connect(database)
+    try:
+        # An uncommitted row where the save will insert message 5: it writes messages 3
+        # and 4 in its transaction, then waits there, and is killed.
+        with blocker.cursor() as cur:
+            cur.execute(
+                "INSERT INTO agentsessions_messages (session_id, position, body) VALUES (%s, 5, '{}')",
+                (encode_text("killed"),),
+            )
+        caught: list[BaseException] = []
+
+        def save() -> None:
+            try:
+                store.save("killed", _transcript(8))
+            except BaseException as error:
+                caught.append(error)
+
+        thread = threading.Thread(target=save)
+        thread.start()
+        (saver,) = _wait_for("the save to wait", lambda: _lock_waits(admin, database, "agentsessions_messages"))
+        _query(admin, f"KILL {int(saver[0])}")
+        thread.join(30)
+    finally:
+        blocker.close()  # ends its transaction
+    assert len(caught) == 1 and type(caught[0]) is agent.StoreError, caught
+    assert "could not save the transcript for session 'killed'" in str(caught[0])
+    assert isinstance(caught[0].__cause__, pymysql.err.OperationalError)
+    assert store.messages("killed") == old
+    store.save("killed", _transcript(8))  # the pool dropped the dead connection
+    assert mysql.MySQLStore(store.connect).messages("killed") == _transcript(8)
+
+
+def _add(database: str, worker: int, count: int) -> None:
+    store = mysql.MySQLStore(new_pool(database).connection)
+    for n in range(count):
+        store.add_steer("shared", f"{worker}:{n}")
+
+
+def _take(database: str, results: multiprocessing.Queue[list[str]]) -> None:
+    store = mysql.MySQLStore(new_pool(database).connection)
+    taken: list[str] = []
+    for _ in range(5000):
+        taken += store.take_steers("shared")
+        if store.messages("done"):
+            break
+    results.put(taken)
+
+
+def test_processes_hand_each_steer_to_exactly_one_taker(store: mysql.MySQLStore, database: str) -> None:
+    context = multiprocessing.get_context("spawn")
+    results: multiprocessing.Queue[list[str]] = context.Queue()
+    takers = [context.Process(target=_take, args=(database, results)) for _ in range(3)]
+    adders = [context.Process(target=_add, args=(database, w, 50)) for w in range(3)]
+    for process in takers + adders:
+        process.start()
+    for process in adders:
+        process.join(60)
+    store.save("done", [agent.Message.user("stop taking")])
+    batches = [results.get(timeout=60) for _ in takers]
+    for process in takers:
+        process.join(60)
+    taken = [steer for batch in batches for steer in batch] + store.take_steers("shared")
+    assert sorted(taken) == sorted(f"{w}:{n}" for w in range(3) for n in range(50))
+    for batch in batches:  # each taker got every adder's steers in the order they were added
+        for worker in range(3):
+            mine = [int(s.split(":")[1]) for s in batch if s.startswith(f"{worker}:")]
+            assert mine == sorted(mine)
+
+
+def test_importing_without_pymysql_names_the_extra() -> None:
+    code = "import sys; sys.modules['pymysql'] = None; import agentsessions.stores.mysql"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode != 0
+    assert "ImportError: agentsessions.stores.mysql needs PyMySQL" in done.stderr
+    assert "pip install agentsessions[mysql]" in done.stderr
