@@ -12,16 +12,17 @@ import re
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
-import pymysql
 import pymongo
+import pymysql
 import pytest
 from conftest import MONGODB_URI, MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, POSTGRES_DSN, require_server
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
-BLOCKS = re.findall(r"^```python\n(.*?)^```", README, re.MULTILINE | re.DOTALL)
+BLOCKS: list[str] = re.findall(r"^```python\n(.*?)^```", README, re.MULTILINE | re.DOTALL)
 SERVER_MARKS = {"PostgreSQL": "postgres.SCHEMA", "MariaDB": "mysql.SCHEMA", "MongoDB": "mongodb.INDEXES"}
 
 
@@ -64,7 +65,7 @@ def test_the_postgres_block_runs() -> None:
 
 
 def test_the_mysql_block_runs() -> None:
-    settings = {"host": MYSQL_HOST, "port": MYSQL_PORT, "user": MYSQL_USER, "password": MYSQL_PASSWORD}
+    settings: dict[str, Any] = {"host": MYSQL_HOST, "port": MYSQL_PORT, "user": MYSQL_USER, "password": MYSQL_PASSWORD}
     admin = require_server("MariaDB", lambda: pymysql.connect(**settings, autocommit=True, connect_timeout=5))
     database = f"agentsessions_readme_{secrets.token_hex(4)}"
     with admin.cursor() as cur:
@@ -93,9 +94,10 @@ def _mongodb_uri() -> Iterator[str]:
 
 def test_the_mongodb_block_runs() -> None:
     with contextlib.ExitStack() as stack:
-        uri = require_server("MongoDB", lambda: stack.enter_context(_mongodb_uri()))
+        uri: str = require_server("MongoDB", lambda: stack.enter_context(_mongodb_uri()))
         database = f"agentsessions_readme_{secrets.token_hex(4)}"
         _run(_block_for("MongoDB"), "MongoDB", {'"mongodb://127.0.0.1:27017"': repr(uri), '"myapp"': repr(database)})
+        client: pymongo.MongoClient[dict[str, Any]]
         with pymongo.MongoClient(uri) as client:
             assert "agentsessions_messages_key" in client[database]["agentsessions_messages"].index_information()
             client.drop_database(database)

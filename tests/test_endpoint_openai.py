@@ -101,7 +101,9 @@ REPLIES = {
 STOP_REASONS = ["end_turn", "tool_use", "tool_use", "max_tokens", "content_filter", "tool_use", "end_turn"]
 
 
-@pytest.mark.parametrize(("reply", "stop_reason"), zip(REPLIES.values(), STOP_REASONS, strict=True), ids=REPLIES.keys())
+@pytest.mark.parametrize(
+    ("reply", "stop_reason"), list(zip(REPLIES.values(), STOP_REASONS, strict=True)), ids=list(REPLIES)
+)
 def test_streaming_and_not_give_the_same_response(fake: FakeOpenAI, reply: Reply, stop_reason: str) -> None:
     fake.add(reply, reply)
     whole = ask(endpoint(fake), agent.Message.user("Hi"))
