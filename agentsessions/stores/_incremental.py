@@ -15,10 +15,11 @@ from __future__ import annotations
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import attrs
 
+from agentsessions.codec import dump_message
 from agentsessions.messages import Message, check_transcript, transcript_list
 from agentsessions.session import check_session_id
 
@@ -87,6 +88,11 @@ class SavePlan:
         if self.known is not None and stored_revision == self.known.revision:
             return self.shared
         return 0
+
+    def rows(self, key: bytes, keep: int) -> Iterator[tuple[bytes, int, str]]:
+        """``(key, position, body)`` for each message after the first ``keep``: the rows to insert."""
+        for position in range(keep, len(self.messages)):
+            yield key, position, dump_message(self.messages[position])
 
 
 def plan_save(sessions: KnownSessions, session_id: str, messages: Sequence[Message]) -> SavePlan:

@@ -21,11 +21,11 @@ try:
 except ImportError as error:  # pragma: no cover - depends on what is installed
     raise ImportError("agentsessions.stores.mysql needs PyMySQL: pip install agentsessions[mysql]") from error
 
-from agentsessions.codec import decode_text, dump_message, encode_text, load_message
+from agentsessions.codec import decode_text, encode_text, load_message
 from agentsessions.errors import SchemaMissingError, StoreError
 from agentsessions.messages import Message
 from agentsessions.session import check_session_id, check_steer
-from agentsessions.stores._incremental import KnownSessions, SavePlan, new_revision, plan_save
+from agentsessions.stores._incremental import KnownSessions, new_revision, plan_save
 
 # Every stored value is binary, so nothing depends on the connection's character set or
 # on a collation. Ids are the id's UTF-8 (surrogates passed through, 4 bytes a character
@@ -136,7 +136,7 @@ class MySQLStore:
             if stored_length > keep:
                 cur.execute(_DELETE_MESSAGES_FROM, (key, keep))
             if len(plan.messages) > keep:
-                cur.executemany(_INSERT_MESSAGE, list(_rows(plan, key, keep)))
+                cur.executemany(_INSERT_MESSAGE, [(k, p, body.encode()) for k, p, body in plan.rows(key, keep)])
             cur.execute(_UPDATE_SESSION, (revision, len(plan.messages), key))
         self._known.remember(session_id, revision, plan.messages)
 
@@ -213,8 +213,3 @@ def _describe(error: BaseException) -> str:
     if len(error.args) == 2:  # PyMySQL's (code, message)
         return f"({error.args[0]}) {error.args[1]}"
     return str(error) or type(error).__name__
-
-
-def _rows(plan: SavePlan, key: bytes, keep: int) -> Iterator[tuple[bytes, int, bytes]]:
-    for position in range(keep, len(plan.messages)):
-        yield key, position, dump_message(plan.messages[position]).encode()

@@ -24,11 +24,11 @@ except ImportError as error:  # pragma: no cover - depends on what is installed
         "agentsessions.stores.postgres needs psycopg 3 and psycopg_pool: pip install agentsessions[postgres]"
     ) from error
 
-from agentsessions.codec import decode_text, dump_message, encode_text, load_message
+from agentsessions.codec import decode_text, encode_text, load_message
 from agentsessions.errors import SchemaMissingError, StoreError
 from agentsessions.messages import Message
 from agentsessions.session import check_session_id, check_steer
-from agentsessions.stores._incremental import KnownSessions, SavePlan, new_revision, plan_save
+from agentsessions.stores._incremental import KnownSessions, new_revision, plan_save
 
 # Ids are bytea of the id's UTF-8 (surrogates passed through): text cannot hold NUL, and
 # bytes compare exactly, so no collation can make `a` equal `A` or `a `. Message bodies
@@ -121,7 +121,7 @@ class PostgresStore:
             if stored_length > keep:
                 cur.execute(_DELETE_MESSAGES_FROM, (key, keep))
             if len(plan.messages) > keep:
-                cur.executemany(_INSERT_MESSAGE, _rows(plan, key, keep))
+                cur.executemany(_INSERT_MESSAGE, plan.rows(key, keep))
             cur.execute(_UPDATE_SESSION, (revision, len(plan.messages), key))
         self._known.remember(session_id, revision, plan.messages)
 
@@ -180,8 +180,3 @@ def _pipeline(conn: psycopg.Connection[Any]) -> AbstractContextManager[object]:
 
 def _first_line(error: BaseException) -> str:
     return str(error).strip().split("\n", 1)[0] or type(error).__name__
-
-
-def _rows(plan: SavePlan, key: bytes, keep: int) -> Iterator[tuple[bytes, int, str]]:
-    for position in range(keep, len(plan.messages)):
-        yield key, position, dump_message(plan.messages[position])

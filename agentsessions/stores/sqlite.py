@@ -15,11 +15,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from agentsessions.codec import decode_text, dump_message, encode_text, load_message
+from agentsessions.codec import decode_text, encode_text, load_message
 from agentsessions.errors import StoreError
 from agentsessions.messages import Message
 from agentsessions.session import check_session_id, check_steer
-from agentsessions.stores._incremental import KnownSessions, SavePlan, new_revision, plan_save
+from agentsessions.stores._incremental import KnownSessions, new_revision, plan_save
 
 # Ids and steers are BLOBs of their UTF-8 with surrogates passed through, so any str
 # round-trips and ids compare byte for byte. Message bodies are codec JSON text, in a
@@ -93,7 +93,7 @@ class SQLiteStore:
             keep = plan.rows_to_keep(row[0] if row else None)
             if row and row[1] > keep:
                 db.execute(_DELETE_MESSAGES_FROM, (key, keep))
-            db.executemany(_INSERT_MESSAGE, _rows(key, plan, keep))
+            db.executemany(_INSERT_MESSAGE, plan.rows(key, keep))
             db.execute(_UPSERT_SESSION, (key, revision, len(plan.messages), time.time()))
         self._known.remember(session_id, revision, plan.messages)
 
@@ -162,11 +162,6 @@ class SQLiteStore:
                 self._known.forget(session_id)
             where = f" of session {session_id!r:.80}" if session_id else ""
             raise StoreError(f"SQLite store {self.path!r} could not {action}{where}: {error}") from error
-
-
-def _rows(key: bytes, plan: SavePlan, keep: int) -> Iterator[tuple[bytes, int, str]]:
-    for position in range(keep, len(plan.messages)):
-        yield key, position, dump_message(plan.messages[position])
 
 
 def open(path: str | os.PathLike[str] | Path, *, timeout: float = 10.0) -> SQLiteStore:
