@@ -20,7 +20,7 @@ import os
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, cast
+from typing import Any, Self, cast
 
 import attrs
 import requests
@@ -208,6 +208,35 @@ class HTTPClient:
         """Close the session if this client made it; a caller's session is left open."""
         if self.owns_session:
             self.session.close()
+
+
+class HTTPEndpoint:
+    """What both providers' endpoints share: a model name, an :class:`HTTPClient` and its lifetime.
+
+    Use one in a ``with`` block, or call :meth:`close`, to close the HTTP session it made.
+    """
+
+    model: str
+    _http: HTTPClient
+
+    @property
+    def base_url(self) -> str:
+        """Where requests go, without the trailing slash."""
+        return self._http.base_url
+
+    def __repr__(self) -> str:
+        # The model and the address only: never the key or a header.
+        return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"
+
+    def close(self) -> None:
+        """Close the HTTP session, if the endpoint made it."""
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
 
 def transport_error(url: str, error: requests.RequestException) -> EndpointError:

@@ -31,6 +31,7 @@ from agentsessions.endpoint import ModelRequest, ModelResponse, Usage
 from agentsessions.endpoints._http import (
     DEFAULT_TIMEOUT,
     HTTPClient,
+    HTTPEndpoint,
     Timeout,
     iter_sse,
     resolve_key,
@@ -45,7 +46,7 @@ API_VERSION = "2023-06-01"
 _MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError)
 
 
-class AnthropicEndpoint:
+class AnthropicEndpoint(HTTPEndpoint):
     """Claude through the Messages API.
 
     ``api_key`` defaults to ``$ANTHROPIC_API_KEY``. ``max_tokens``, when set, replaces
@@ -90,14 +91,6 @@ class AnthropicEndpoint:
             max_retry_wait=max_retry_wait,
         )
 
-    @property
-    def base_url(self) -> str:
-        """Where requests go, without the trailing slash."""
-        return self._http.base_url
-
-    def __repr__(self) -> str:
-        return f"AnthropicEndpoint(model={self.model!r}, base_url={self.base_url!r})"
-
     def complete(self, request: ModelRequest) -> ModelResponse:
         """Send the transcript to ``/v1/messages`` and return Claude's answer."""
         limit = self.max_tokens if self.max_tokens is not None else request.max_tokens
@@ -130,16 +123,6 @@ class AnthropicEndpoint:
             if stream.stopped:
                 return stream.response()
         raise EndpointError(f"the stream from {self.base_url} ended before message_stop", status=0)
-
-    def close(self) -> None:
-        """Close the HTTP session, if the endpoint made it."""
-        self._http.close()
-
-    def __enter__(self) -> AnthropicEndpoint:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
 
 
 def request_body(model: str, request: ModelRequest, max_tokens: int, *, stream: bool) -> dict[str, Any]:

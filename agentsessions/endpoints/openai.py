@@ -35,6 +35,7 @@ from agentsessions.endpoint import ModelRequest, ModelResponse, Usage
 from agentsessions.endpoints._http import (
     DEFAULT_TIMEOUT,
     HTTPClient,
+    HTTPEndpoint,
     Timeout,
     iter_sse,
     resolve_key,
@@ -49,7 +50,7 @@ _STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": 
 _MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError)
 
 
-class OpenAIEndpoint:
+class OpenAIEndpoint(HTTPEndpoint):
     """A model behind the Chat Completions API: OpenAI's, or any server that speaks it.
 
     ``api_key`` defaults to ``$OPENAI_API_KEY`` (servers without keys accept any string).
@@ -95,14 +96,6 @@ class OpenAIEndpoint:
             max_retry_wait=max_retry_wait,
         )
 
-    @property
-    def base_url(self) -> str:
-        """Where requests go, without the trailing slash."""
-        return self._http.base_url
-
-    def __repr__(self) -> str:
-        return f"OpenAIEndpoint(model={self.model!r}, base_url={self.base_url!r})"
-
     def complete(self, request: ModelRequest) -> ModelResponse:
         """Send the transcript to ``/chat/completions`` and return the model's answer."""
         body = request_body(self.model, request, stream=self.stream)
@@ -135,16 +128,6 @@ class OpenAIEndpoint:
             if text and on_text is not None:
                 on_text(text)
         raise EndpointError(f"the stream from {self.base_url} ended before [DONE]", status=0)
-
-    def close(self) -> None:
-        """Close the HTTP session, if the endpoint made it."""
-        self._http.close()
-
-    def __enter__(self) -> OpenAIEndpoint:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
 
 
 def request_body(model: str, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
