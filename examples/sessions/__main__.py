@@ -1,6 +1,6 @@
 """Three replicas over one SQLite file and nothing else: no channel, no lock, no Run shared.
 
-    python examples/sessions [--model anthropic:MODEL | openai:MODEL] [--db PATH]
+    python examples/sessions [--model anthropic:MODEL | openai:MODEL] [--base-url URL] [--db PATH]
 
 Each replica is its own OS process (replica.py). Every figure printed is read back from
 the store; the example exits non-zero if any is not what the Sessions guide promises.
@@ -28,8 +28,8 @@ from agentsessions.stores import sqlite  # noqa: E402
 SESSION = "conversation-1"
 
 
-def _replica(role: str, db: str, model: str) -> dict[str, Any]:
-    command = [sys.executable, str(HERE / "replica.py"), role, db, SESSION] + (["--model", model] if model else [])
+def _replica(role: str, db: str, model: list[str]) -> dict[str, Any]:
+    command = [sys.executable, str(HERE / "replica.py"), role, db, SESSION, *model]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         sys.exit(f"replica {role} failed:\n{done.stderr}")
@@ -39,8 +39,10 @@ def _replica(role: str, db: str, model: str) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="", help="anthropic:MODEL or openai:MODEL; offline without")
+    parser.add_argument("--base-url", default="", help="the provider's address, for a gateway or a compatible server")
     parser.add_argument("--db", default="", help="the SQLite file (a fresh temporary one by default)")
     args = parser.parse_args()
+    model = ["--model", args.model, "--base-url", args.base_url] if args.model else []
     db = args.db or str(Path(tempfile.mkdtemp(prefix="agentsessions-")) / "sessions.db")
     failures: list[str] = []
 
@@ -48,13 +50,13 @@ def main() -> int:
         if not ok:
             failures.append(what)
 
-    _replica("B", db, args.model)
-    a = _replica("A", db, args.model)
+    _replica("B", db, model)
+    a = _replica("A", db, model)
     store = sqlite.open(db)
     after_a = store.messages(SESSION)
     steps = sum(m.role is agent.Role.ASSISTANT for m in after_a)  # one model reply per step
     steer_at = next((i for i, m in enumerate(after_a) if m.text == replica.STEER), -1)
-    c = _replica("C", db, args.model)
+    c = _replica("C", db, model)
     after_c = store.messages(SESSION)
     left = store.take_steers(SESSION)
 

@@ -1,6 +1,6 @@
 """One replica of the example: run as its own OS process, it knows only the database file.
 
-    python replica.py B|A|C DB_PATH SESSION_ID [--model anthropic:MODEL | openai:MODEL]
+    python replica.py B|A|C DB_PATH SESSION_ID [--model anthropic:MODEL | openai:MODEL] [--base-url URL]
 
 B leaves a steer and holds no run. A runs from an empty transcript. C resumes from the
 stored transcript plus a new user message. Without ``--model`` the model is a
@@ -89,6 +89,7 @@ def main() -> None:
     parser.add_argument("db")
     parser.add_argument("session_id")
     parser.add_argument("--model", default="")
+    parser.add_argument("--base-url", default="")
     args = parser.parse_args()
     store = sqlite.open(args.db)
     session = agent.open(args.session_id, store)
@@ -98,7 +99,8 @@ def main() -> None:
     if args.model:
         from agentsessions.endpoints import by_name
 
-        endpoint: agent.Endpoint = by_name(args.model)
+        options = {"base_url": args.base_url} if args.base_url else {}
+        endpoint: agent.Endpoint = by_name(args.model, **options)
     else:
         endpoint = scripted(args.role)
     spec = agent.Spec(session=session, tools=[read_file, grep], max_steps=4, system="You review lease.py.")
