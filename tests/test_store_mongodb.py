@@ -20,6 +20,7 @@ from typing import Any
 import pymongo
 import pytest
 from conftest import MONGODB_URI, require_server
+from crossprocess import check_steers_across_processes
 from pymongo import MongoClient
 from pymongo.database import Database
 from pymongo.monitoring import CommandFailedEvent, CommandListener, CommandStartedEvent, CommandSucceededEvent
@@ -302,3 +303,17 @@ def test_ids_with_lone_surrogates_are_kept_apart(database: Database[Any]) -> Non
     for session_id in ids:
         assert mongodb.MongoStore(database).messages(session_id) == [agent.Message.user(session_id)]
         assert store.take_steers(session_id) == [session_id]
+
+
+@contextlib.contextmanager
+def connected_store(uri: str, name: str) -> Iterator[mongodb.MongoStore]:
+    """A store over a client of its own, as each replica process has."""
+    client: Client = MongoClient(uri)
+    with client:
+        yield mongodb.MongoStore(client[name])
+
+
+def test_processes_hand_each_steer_to_exactly_one_taker(client: Client, database: Database[Any]) -> None:
+    host, port = client.address or ("127.0.0.1", 27017)
+    uri = MONGODB_URI or f"mongodb://{host}:{port}/?directConnection=true"
+    check_steers_across_processes(functools.partial(connected_store, uri, database.name))

@@ -6,8 +6,8 @@ Each run works in a database of its own (``agentsessions_test_<random>``), dropp
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import multiprocessing
 import secrets
 import subprocess
 import sys
@@ -19,6 +19,7 @@ from typing import Any
 import pymysql
 import pytest
 from conftest import MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, require_server
+from crossprocess import check_steers_across_processes
 from dbutils.pooled_db import PooledDB
 
 import agentsessions as agent
@@ -251,41 +252,18 @@ def test_a_connection_killed_mid_save_leaves_the_old_transcript(
     assert mysql.MySQLStore(store.connect).messages("killed") == _transcript(8)
 
 
-def _add(database: str, worker: int, count: int) -> None:
-    store = mysql.MySQLStore(new_pool(database).connection)
-    for n in range(count):
-        store.add_steer("shared", f"{worker}:{n}")
+@contextlib.contextmanager
+def pooled_store(database: str) -> Iterator[mysql.MySQLStore]:
+    """A store over a pool of its own, as each replica process has."""
+    pool = new_pool(database)
+    try:
+        yield mysql.MySQLStore(pool.connection)
+    finally:
+        pool.close()
 
 
-def _take(database: str, results: multiprocessing.Queue[list[str]]) -> None:
-    store = mysql.MySQLStore(new_pool(database).connection)
-    taken: list[str] = []
-    for _ in range(5000):
-        taken += store.take_steers("shared")
-        if store.messages("done"):
-            break
-    results.put(taken)
-
-
-def test_processes_hand_each_steer_to_exactly_one_taker(store: mysql.MySQLStore, database: str) -> None:
-    context = multiprocessing.get_context("spawn")
-    results: multiprocessing.Queue[list[str]] = context.Queue()
-    takers = [context.Process(target=_take, args=(database, results)) for _ in range(3)]
-    adders = [context.Process(target=_add, args=(database, w, 50)) for w in range(3)]
-    for process in takers + adders:
-        process.start()
-    for process in adders:
-        process.join(60)
-    store.save("done", [agent.Message.user("stop taking")])
-    batches = [results.get(timeout=60) for _ in takers]
-    for process in takers:
-        process.join(60)
-    taken = [steer for batch in batches for steer in batch] + store.take_steers("shared")
-    assert sorted(taken) == sorted(f"{w}:{n}" for w in range(3) for n in range(50))
-    for batch in batches:  # each taker got every adder's steers in the order they were added
-        for worker in range(3):
-            mine = [int(s.split(":")[1]) for s in batch if s.startswith(f"{worker}:")]
-            assert mine == sorted(mine)
+def test_processes_hand_each_steer_to_exactly_one_taker(database: str) -> None:
+    check_steers_across_processes(functools.partial(pooled_store, database))
 
 
 def test_importing_without_pymysql_names_the_extra() -> None:

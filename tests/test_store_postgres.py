@@ -6,7 +6,8 @@ Each run works in a schema of its own (``agentsessions_test_<random>``), dropped
 
 from __future__ import annotations
 
-import multiprocessing
+import contextlib
+import functools
 import secrets
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import POSTGRES_DSN, require_server
+from crossprocess import check_steers_across_processes
 from psycopg_pool import ConnectionPool
 
 import agentsessions as agent
@@ -203,43 +205,15 @@ def test_a_connection_killed_mid_save_leaves_the_old_transcript(
     assert postgres.PostgresStore(store.pool).messages("killed") == _transcript(8)
 
 
-def _add(schema: str, worker: int, count: int) -> None:
+@contextlib.contextmanager
+def pooled_store(schema: str) -> Iterator[postgres.PostgresStore]:
+    """A store over a small pool of its own, as each replica process has."""
     with make_pool(schema, max_size=2) as pool:
-        store = postgres.PostgresStore(pool)
-        for n in range(count):
-            store.add_steer("shared", f"{worker}:{n}")
+        yield postgres.PostgresStore(pool)
 
 
-def _take(schema: str, results: multiprocessing.Queue[list[str]]) -> None:
-    with make_pool(schema, max_size=2) as pool:
-        store = postgres.PostgresStore(pool)
-        taken: list[str] = []
-        for _ in range(5000):
-            taken += store.take_steers("shared")
-            if store.messages("done"):
-                break
-        results.put(taken)
-
-
-def test_processes_hand_each_steer_to_exactly_one_taker(store: postgres.PostgresStore, schema: str) -> None:
-    context = multiprocessing.get_context("spawn")
-    results: multiprocessing.Queue[list[str]] = context.Queue()
-    takers = [context.Process(target=_take, args=(schema, results)) for _ in range(3)]
-    adders = [context.Process(target=_add, args=(schema, w, 50)) for w in range(3)]
-    for process in takers + adders:
-        process.start()
-    for process in adders:
-        process.join(60)
-    store.save("done", [agent.Message.user("stop taking")])
-    batches = [results.get(timeout=60) for _ in takers]
-    for process in takers:
-        process.join(60)
-    taken = [steer for batch in batches for steer in batch] + store.take_steers("shared")
-    assert sorted(taken) == sorted(f"{w}:{n}" for w in range(3) for n in range(50))
-    for batch in batches:  # each taker got every adder's steers in the order they were added
-        for worker in range(3):
-            mine = [int(s.split(":")[1]) for s in batch if s.startswith(f"{worker}:")]
-            assert mine == sorted(mine)
+def test_processes_hand_each_steer_to_exactly_one_taker(schema: str) -> None:
+    check_steers_across_processes(functools.partial(pooled_store, schema))
 
 
 def test_importing_without_psycopg_names_the_extra() -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import multiprocessing
+import contextlib
+import functools
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from crossprocess import check_steers_across_processes
 
 import agentsessions as agent
 from agentsessions.stores import sqlite, storetest
@@ -20,43 +23,14 @@ def test_the_sqlite_store_keeps_the_contract(tmp_path: Path) -> None:
     print(report)
 
 
-def _add(path: str, worker: int, count: int) -> None:
-    store = sqlite.open(path)
-    for n in range(count):
-        store.add_steer("shared", f"{worker}:{n}")
-
-
-def _take(path: str, until: int, results: multiprocessing.Queue[list[str]]) -> None:
-    store = sqlite.open(path)
-    taken: list[str] = []
-    for _ in range(2000):
-        taken += store.take_steers("shared")
-        if len(taken) >= until or store.messages("done") != []:
-            break
-    results.put(taken)
+@contextlib.contextmanager
+def opened(path: str) -> Iterator[sqlite.SQLiteStore]:
+    """The store as another process opens it: by path."""
+    yield sqlite.open(path)
 
 
 def test_processes_sharing_the_file_hand_each_steer_to_exactly_one_taker(tmp_path: Path) -> None:
-    path = str(tmp_path / "sessions.db")
-    sqlite.open(path)
-    context = multiprocessing.get_context("spawn")
-    results: multiprocessing.Queue[list[str]] = context.Queue()
-    takers = [context.Process(target=_take, args=(path, 10**9, results)) for _ in range(3)]
-    adders = [context.Process(target=_add, args=(path, w, 50)) for w in range(3)]
-    for process in takers + adders:
-        process.start()
-    for process in adders:
-        process.join(60)
-    sqlite.open(path).save("done", [agent.Message.user("stop taking")])
-    batches = [results.get(timeout=60) for _ in takers]
-    for process in takers:
-        process.join(60)
-    taken = [steer for batch in batches for steer in batch] + sqlite.open(path).take_steers("shared")
-    assert sorted(taken) == sorted(f"{w}:{n}" for w in range(3) for n in range(50))
-    for batch in batches:  # each taker saw every adder's steers in the order they were added
-        for worker in range(3):
-            mine = [int(s.split(":")[1]) for s in batch if s.startswith(f"{worker}:")]
-            assert mine == sorted(mine)
+    check_steers_across_processes(functools.partial(opened, str(tmp_path / "sessions.db")))
 
 
 def test_a_save_writes_only_the_new_messages(tmp_path: Path) -> None:
