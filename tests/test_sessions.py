@@ -10,6 +10,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 from scripts import call, double, echo_last_result
 
 import agentsessions as agent
@@ -176,3 +177,29 @@ def test_a_run_that_dies_mid_step_resumes_from_the_step_before_and_redoes_it(tmp
     )
     assert result.text == "said hi"
     assert log.read_text() == "hi\nhi\n"  # the documented cost: the tool ran twice
+
+
+class FailingStore(MemoryStore):
+    """A memory store whose database went away after the first save."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saves = 0
+
+    def save(self, session_id: str, messages: Sequence[agent.Message]) -> None:
+        self.saves += 1
+        if self.saves > 1:
+            raise agent.StoreError("the database went away")
+        super().save(session_id, messages)
+
+
+def test_a_failing_store_fails_the_run_with_the_partial_result() -> None:
+    store = FailingStore()
+    endpoint = ScriptedEndpoint([call("double", n=2), echo_last_result])
+    with pytest.raises(agent.RunError, match="step 2") as failure:
+        agent.Runner().run(agent.Spec(tools=[double], session=agent.open("s", store)), [USER], endpoint)
+    assert isinstance(failure.value.__cause__, agent.StoreError)
+    assert failure.value.result.stop_reason == agent.StopReason.ERROR
+    assert len(failure.value.result.messages) == 3  # the tool had run; its result was never saved
+    assert len(endpoint.requests) == 1  # no request went out without its save
+    assert store.messages("s") == [USER]
