@@ -8,10 +8,13 @@ defaults are this project's machines.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
+
+import agentsessions as agent
 
 POSTGRES_DSN = os.environ.get("AGENTSESSIONS_TEST_POSTGRES", "host=127.0.0.1 port=5432 user=postgres dbname=test")
 MYSQL_HOST = os.environ.get("AGENTSESSIONS_TEST_MYSQL_HOST", "127.0.0.1")
@@ -39,3 +42,19 @@ def require_server(name: str, connect: Callable[[], T]) -> T:
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
+
+
+def numbered_transcript(n: int, tag: str = "m") -> list[agent.Message]:
+    """``n`` short messages, user and assistant in turn, each text unique within ``tag``."""
+    return [agent.Message.user(f"{tag}{i}") if i % 2 == 0 else agent.Message.assistant(f"{tag}{i}") for i in range(n)]
+
+
+def wait_for(what: str, probe: Callable[[], Any], seconds: float = 20.0, every: float = 0.02) -> Any:
+    """Poll ``probe`` until it returns something true, and return that; fail after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = probe()
+        if found:
+            return found
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -12,13 +12,12 @@ import secrets
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pymysql
 import pytest
-from conftest import MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, require_server
+from conftest import MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, numbered_transcript, require_server, wait_for
 from crossprocess import check_steers_across_processes
 from dbutils.pooled_db import PooledDB
 
@@ -32,6 +31,10 @@ def connect(database: str | None = None, **options: Any) -> Any:
     return pymysql.connect(
         host=MYSQL_HOST, port=MYSQL_PORT, user=MYSQL_USER, password=MYSQL_PASSWORD, database=database, **options
     )
+
+
+# Polling information_schema more often than this slows the server's new connections down.
+POLL = 0.1
 
 
 def new_pool(database: str) -> PooledDB:
@@ -90,24 +93,10 @@ def store(pool: PooledDB) -> mysql.MySQLStore:
     return mysql.MySQLStore(pool.connection)
 
 
-def _transcript(n: int, tag: str = "m") -> list[agent.Message]:
-    return [agent.Message.user(f"{tag}{i}") if i % 2 == 0 else agent.Message.assistant(f"{tag}{i}") for i in range(n)]
-
-
 def _query(admin: Any, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
     with admin.cursor() as cur:
         cur.execute(sql, args)
         return list(cur.fetchall())
-
-
-def _wait_for(what: str, probe: Callable[[], Any], seconds: float = 20.0) -> Any:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        found = probe()
-        if found:
-            return found
-        time.sleep(0.1)  # polling information_schema faster slows the server's new connections down
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _lock_waits(admin: Any, database: str, table: str) -> list[tuple[Any, ...]]:
@@ -122,7 +111,9 @@ def _lock_waits(admin: Any, database: str, table: str) -> list[tuple[Any, ...]]:
 
 
 def test_the_mysql_store_keeps_the_contract(store: mysql.MySQLStore) -> None:
-    report = storetest.run(lambda: store)
+    # A new store object per call, over the same pool: the suite uses two as replicas.
+    report = storetest.run(lambda: mysql.MySQLStore(store.connect))
+    assert report.replicas
     print(report, dict(report.examples))
 
 
@@ -155,7 +146,7 @@ def test_a_single_connection_is_refused_with_what_to_pass_instead(database: str)
 
 
 def test_a_save_writes_only_the_new_messages(store: mysql.MySQLStore, database: str) -> None:
-    messages = _transcript(50)
+    messages = numbered_transcript(50)
     store.save("incremental", messages)
     watcher = connect(database, autocommit=True)
     written = functools.partial(
@@ -183,7 +174,7 @@ def test_eight_sessions_on_eight_threads_save_at_the_same_time(
 ) -> None:
     ids = [f"parallel-{i}" for i in range(8)]
     for session_id in ids:
-        store.save(session_id, _transcript(2))
+        store.save(session_id, numbered_transcript(2))
     # Hold all eight session records: each save then waits inside the database, so all
     # eight are seen waiting at once only if nothing in the store makes them queue.
     blocker = connect(database)
@@ -197,28 +188,30 @@ def test_eight_sessions_on_eight_threads_save_at_the_same_time(
 
         def save(session_id: str) -> None:
             try:
-                store.save(session_id, _transcript(6, tag=session_id))
+                store.save(session_id, numbered_transcript(6, tag=session_id))
             except BaseException as error:
                 errors.append(error)
 
         threads = [threading.Thread(target=save, args=(i,)) for i in ids]
         for thread in threads:
             thread.start()
-        _wait_for(
-            "eight saves waiting at once", lambda: len(_lock_waits(admin, database, "agentsessions_sessions")) == 8
+        wait_for(
+            "eight saves waiting at once",
+            lambda: len(_lock_waits(admin, database, "agentsessions_sessions")) == 8,
+            every=POLL,
         )
     finally:
         blocker.close()  # ends its transaction
     for thread in threads:
         thread.join(30)
     assert not errors
-    assert all(store.messages(i) == _transcript(6, tag=i) for i in ids)
+    assert all(store.messages(i) == numbered_transcript(6, tag=i) for i in ids)
 
 
-def test_a_connection_killed_mid_save_leaves_the_old_transcript(
+def test_a_connection_killed_mid_save_leaves_the_oldnumbered_transcript(
     store: mysql.MySQLStore, admin: Any, database: str
 ) -> None:
-    old = _transcript(3)
+    old = numbered_transcript(3)
     store.save("killed", old)
     blocker = connect(database)
     try:
@@ -233,13 +226,16 @@ def test_a_connection_killed_mid_save_leaves_the_old_transcript(
 
         def save() -> None:
             try:
-                store.save("killed", _transcript(8))
+                store.save("killed", numbered_transcript(8))
             except BaseException as error:
                 caught.append(error)
 
         thread = threading.Thread(target=save)
         thread.start()
-        (saver,) = _wait_for("the save to wait", lambda: _lock_waits(admin, database, "agentsessions_messages"))
+        waiting = wait_for(
+            "the save to wait", lambda: _lock_waits(admin, database, "agentsessions_messages"), every=POLL
+        )
+        (saver,) = waiting
         _query(admin, f"KILL {int(saver[0])}")
         thread.join(30)
     finally:
@@ -248,8 +244,8 @@ def test_a_connection_killed_mid_save_leaves_the_old_transcript(
     assert "could not save the transcript for session 'killed'" in str(caught[0])
     assert isinstance(caught[0].__cause__, pymysql.err.OperationalError)
     assert store.messages("killed") == old
-    store.save("killed", _transcript(8))  # the pool dropped the dead connection
-    assert mysql.MySQLStore(store.connect).messages("killed") == _transcript(8)
+    store.save("killed", numbered_transcript(8))  # the pool dropped the dead connection
+    assert mysql.MySQLStore(store.connect).messages("killed") == numbered_transcript(8)
 
 
 @contextlib.contextmanager

@@ -12,13 +12,12 @@ import secrets
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
 import pytest
-from conftest import POSTGRES_DSN, require_server
+from conftest import POSTGRES_DSN, numbered_transcript, require_server, wait_for
 from crossprocess import check_steers_across_processes
 from psycopg_pool import ConnectionPool
 
@@ -72,22 +71,10 @@ def store(pool: Pool) -> postgres.PostgresStore:
     return postgres.PostgresStore(pool)
 
 
-def _transcript(n: int, tag: str = "m") -> list[agent.Message]:
-    return [agent.Message.user(f"{tag}{i}") if i % 2 == 0 else agent.Message.assistant(f"{tag}{i}") for i in range(n)]
-
-
-def _wait_for(what: str, probe: Callable[[], Any], seconds: float = 20.0) -> Any:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        found = probe()
-        if found:
-            return found
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_the_postgres_store_keeps_the_contract(store: postgres.PostgresStore) -> None:
-    report = storetest.run(lambda: store)
+    # A new store object per call, over the same pool: the suite uses two as replicas.
+    report = storetest.run(lambda: postgres.PostgresStore(store.pool))
+    assert report.replicas
     print(report, dict(report.examples))
 
 
@@ -123,7 +110,7 @@ def _row_versions(admin: Any, schema: str, session_id: str) -> dict[int, str]:
 
 
 def test_a_save_writes_only_the_new_messages(store: postgres.PostgresStore, admin: Any, schema: str) -> None:
-    messages = _transcript(50)
+    messages = numbered_transcript(50)
     store.save("incremental", messages)
     before = _row_versions(admin, schema, "incremental")
     store.save("incremental", [*messages, agent.Message.user("one more")])
@@ -144,7 +131,7 @@ def test_eight_sessions_on_eight_threads_save_at_the_same_time(
 ) -> None:
     ids = [f"parallel-{i}" for i in range(8)]
     for session_id in ids:
-        store.save(session_id, _transcript(2))
+        store.save(session_id, numbered_transcript(2))
     # Hold all eight session records: each save then waits inside the database, so all
     # eight are seen waiting at once only if nothing in the store makes them queue.
     with psycopg.connect(POSTGRES_DSN, options=f"-c search_path={schema}") as blocker:
@@ -156,7 +143,7 @@ def test_eight_sessions_on_eight_threads_save_at_the_same_time(
 
         def save(session_id: str) -> None:
             try:
-                store.save(session_id, _transcript(6, tag=session_id))
+                store.save(session_id, numbered_transcript(6, tag=session_id))
             except BaseException as error:
                 errors.append(error)
 
@@ -164,18 +151,18 @@ def test_eight_sessions_on_eight_threads_save_at_the_same_time(
         for thread in threads:
             thread.start()
         blocked = "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))"
-        _wait_for("eight saves waiting at once", lambda: admin.execute(blocked, (blocker_pid,)).fetchone()[0] == 8)
+        wait_for("eight saves waiting at once", lambda: admin.execute(blocked, (blocker_pid,)).fetchone()[0] == 8)
         blocker.rollback()
     for thread in threads:
         thread.join(30)
     assert not errors
-    assert all(store.messages(i) == _transcript(6, tag=i) for i in ids)
+    assert all(store.messages(i) == numbered_transcript(6, tag=i) for i in ids)
 
 
-def test_a_connection_killed_mid_save_leaves_the_old_transcript(
+def test_a_connection_killed_mid_save_leaves_the_oldnumbered_transcript(
     store: postgres.PostgresStore, admin: Any, schema: str
 ) -> None:
-    old = _transcript(3)
+    old = numbered_transcript(3)
     store.save("killed", old)
     with psycopg.connect(POSTGRES_DSN, options=f"-c search_path={schema}") as blocker:
         # An uncommitted row where the save will insert message 5: it writes messages 3
@@ -186,14 +173,14 @@ def test_a_connection_killed_mid_save_leaves_the_old_transcript(
 
         def save() -> None:
             try:
-                store.save("killed", _transcript(8))
+                store.save("killed", numbered_transcript(8))
             except BaseException as error:
                 caught.append(error)
 
         thread = threading.Thread(target=save)
         thread.start()
         query = "SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))"
-        row = _wait_for("the save to wait", lambda: admin.execute(query, (blocker.info.backend_pid,)).fetchone())
+        row = wait_for("the save to wait", lambda: admin.execute(query, (blocker.info.backend_pid,)).fetchone())
         admin.execute("SELECT pg_terminate_backend(%s)", (row[0],))
         thread.join(30)
         blocker.rollback()
@@ -201,8 +188,8 @@ def test_a_connection_killed_mid_save_leaves_the_old_transcript(
     assert "could not save the transcript for session 'killed'" in str(caught[0])
     assert isinstance(caught[0].__cause__, psycopg.OperationalError)
     assert store.messages("killed") == old
-    store.save("killed", _transcript(8))  # the pool replaced the dead connection
-    assert postgres.PostgresStore(store.pool).messages("killed") == _transcript(8)
+    store.save("killed", numbered_transcript(8))  # the pool replaced the dead connection
+    assert postgres.PostgresStore(store.pool).messages("killed") == numbered_transcript(8)
 
 
 @contextlib.contextmanager
