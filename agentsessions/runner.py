@@ -25,15 +25,14 @@ class Pattern(enum.StrEnum):
 
 def _tools(value: Sequence[Tool]) -> tuple[Tool, ...]:
     tools = tuple(value)
-    names = [t.name for t in tools if isinstance(t, Tool) or _raise_not_tool(t)]
+    for tool in tools:
+        if not isinstance(tool, Tool):
+            raise TypeError(f"Spec.tools holds Tool objects (see @agentsessions.tool), got {type(tool).__name__}")
+    names = [t.name for t in tools]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ValueError(f"Spec.tools has two tools named {', '.join(duplicates)}")
     return tools
-
-
-def _raise_not_tool(value: object) -> bool:
-    raise TypeError(f"Spec.tools holds Tool objects (see @agentsessions.tool), got {type(value).__name__}")
 
 
 def _session(_: object, __: attrs.Attribute[Session | None], value: object) -> None:
