@@ -17,7 +17,16 @@ from typing import Any
 
 import pymysql
 import pytest
-from conftest import MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, numbered_transcript, require_server, wait_for
+from conftest import (
+    MYSQL_HOST,
+    MYSQL_PASSWORD,
+    MYSQL_PORT,
+    MYSQL_USER,
+    check_replicas_notice_each_other,
+    numbered_transcript,
+    require_server,
+    wait_for,
+)
 from crossprocess import check_steers_across_processes
 from dbutils.pooled_db import PooledDB
 
@@ -159,14 +168,7 @@ def test_a_save_writes_only_the_new_messages(store: mysql.MySQLStore, database: 
     store.save("incremental", [*messages, agent.Message.user("one more")])
     assert [p for p, body in written(("incremental",)) if not body.endswith(b" ")] == [50]
     watcher.close()
-    other = mysql.MySQLStore(store.connect)  # never saw the session: replaces every row, and is right
-    other.save("incremental", messages[:3])
-    assert store.messages("incremental") == messages[:3]
-    store.save("incremental", messages[:4])
-    assert other.messages("incremental") == messages[:4]
-    other.save("incremental", messages[:2])  # now `store` holds a stale revision: it must notice
-    store.save("incremental", messages[:5])
-    assert mysql.MySQLStore(store.connect).messages("incremental") == messages[:5]
+    check_replicas_notice_each_other(store, lambda: mysql.MySQLStore(store.connect), "incremental", messages)
 
 
 def test_eight_sessions_on_eight_threads_save_at_the_same_time(

@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import POSTGRES_DSN, numbered_transcript, require_server, wait_for
+from conftest import POSTGRES_DSN, check_replicas_notice_each_other, numbered_transcript, require_server, wait_for
 from crossprocess import check_steers_across_processes
 from psycopg_pool import ConnectionPool
 
@@ -116,14 +116,7 @@ def test_a_save_writes_only_the_new_messages(store: postgres.PostgresStore, admi
     store.save("incremental", [*messages, agent.Message.user("one more")])
     after = _row_versions(admin, schema, "incremental")
     assert {p for p in after if before.get(p) != after[p]} == {50}  # xmin changes only for rows written
-    other = postgres.PostgresStore(store.pool)  # never saw the session: replaces every row, and is right
-    other.save("incremental", messages[:3])
-    assert store.messages("incremental") == messages[:3]
-    store.save("incremental", messages[:4])  # the stored revision is one it read just now
-    assert other.messages("incremental") == messages[:4]
-    other.save("incremental", messages[:2])  # now `store` holds a stale revision: it must notice
-    store.save("incremental", messages[:5])
-    assert postgres.PostgresStore(store.pool).messages("incremental") == messages[:5]
+    check_replicas_notice_each_other(store, lambda: postgres.PostgresStore(store.pool), "incremental", messages)
 
 
 def test_eight_sessions_on_eight_threads_save_at_the_same_time(

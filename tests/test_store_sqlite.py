@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import check_replicas_notice_each_other
 from crossprocess import check_steers_across_processes
 
 import agentsessions as agent
@@ -44,11 +45,7 @@ def test_a_save_writes_only_the_new_messages(tmp_path: Path) -> None:
     store.save("s", [*messages, agent.Message.assistant("one more")])
     assert store._connection().total_changes - changes == 2  # one message row, one session row
     assert watcher.execute("SELECT count(*) FROM agentsessions_messages").fetchone()[0] == before + 1
-    other = sqlite.open(path)  # never saw the session: it replaces every row, and is right
-    other.save("s", messages[:3])
-    assert store.messages("s") == messages[:3]
-    store.save("s", messages[:4])  # another process wrote since: the store notices
-    assert sqlite.open(path).messages("s") == messages[:4]
+    check_replicas_notice_each_other(store, lambda: sqlite.open(path), "s", messages)
 
 
 def test_a_file_that_cannot_be_opened_is_a_store_error(tmp_path: Path) -> None:
