@@ -13,17 +13,21 @@ from agentsessions.codec import FORMAT_VERSION, dumps, loads
 from agentsessions.endpoint import Endpoint, ModelRequest, ModelResponse, Usage
 from agentsessions.errors import (
     AgentSessionsError,
+    ConflictError,
     EndpointError,
     FormatError,
     InvalidSessionIdError,
     RunError,
     RunFinishedError,
     SchemaMissingError,
+    SessionBusyError,
     StoreError,
 )
 from agentsessions.messages import Content, ContentType, Message, Role
-from agentsessions.runner import Pattern, Result, Run, Runner, Spec, StopReason
-from agentsessions.session import Session, Store, StoreSession, open
+from agentsessions.runner import Run, Runner
+from agentsessions.runs import RunState, SessionInfo
+from agentsessions.session import RunStore, Session, Store, StoreSession, open
+from agentsessions.spec import Pattern, Result, Spec, StopReason
 from agentsessions.tools import Tool, tool
 
 __version__ = "0.1.0"
@@ -31,6 +35,7 @@ __version__ = "0.1.0"
 __all__ = [
     "FORMAT_VERSION",
     "AgentSessionsError",
+    "ConflictError",
     "Content",
     "ContentType",
     "Endpoint",
@@ -46,9 +51,13 @@ __all__ = [
     "Run",
     "RunError",
     "RunFinishedError",
+    "RunState",
+    "RunStore",
     "Runner",
     "SchemaMissingError",
     "Session",
+    "SessionBusyError",
+    "SessionInfo",
     "Spec",
     "StopReason",
     "Store",

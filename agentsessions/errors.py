@@ -8,7 +8,9 @@ what the caller must see: bad input, a failing store, network or provider.
     ├── InvalidSessionIdError (ValueError)   an id that is not a non-empty str of <= 255 chars
     ├── FormatError (ValueError)             text that dumps() did not write, or a newer format
     ├── StoreError                           a store or its database failed; chained from the driver
-    │   └── SchemaMissingError               the tables are missing; names the schema to run
+    │   ├── SchemaMissingError               the tables are missing; names the schema to run
+    │   └── ConflictError                    another run holds or took over the session
+    │       └── SessionBusyError             a claim refused: another run's lease is live
     ├── EndpointError                        the model provider answered with an error
     ├── RunError                             a run failed; carries the partial Result
     └── RunFinishedError (RuntimeError)      a steer for a run that has already finished
@@ -19,7 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from agentsessions.runner import Result
+    from agentsessions.spec import Result
 
 
 class AgentSessionsError(Exception):
@@ -40,6 +42,18 @@ class StoreError(AgentSessionsError):
 
 class SchemaMissingError(StoreError):
     """The store's tables (or indexes) do not exist; the message names the schema to run."""
+
+
+class ConflictError(StoreError):
+    """A write refused because the session is, or has come to be, held by another run.
+
+    A run whose claim was superseded (taken over after its lease lapsed, or its session
+    deleted) gets this from its next save, and fails with it as the cause.
+    """
+
+
+class SessionBusyError(ConflictError):
+    """A run was refused its session: another run holds it and its lease is live."""
 
 
 class EndpointError(AgentSessionsError):

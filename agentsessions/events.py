@@ -14,7 +14,7 @@ from agentsessions.endpoint import ModelRequest, ModelResponse
 from agentsessions.messages import Content
 
 if TYPE_CHECKING:
-    from agentsessions.runner import Result
+    from agentsessions.spec import Result
 
 
 @attrs.frozen

@@ -2,33 +2,28 @@
 
 One instance runs one conversation turn on one thread. ``Run`` (runner.py) owns the
 thread, the in-memory steer box and cancellation; this module owns what a step does.
+
+Where the transcript goes depends on the session. None: nowhere, at no cost. A session
+over a :class:`~agentsessions.session.RunStore`: through the run's :class:`Hold`, which
+saves under its claim and takes steers in the same atomic step as the save that carries
+them. Any other session: its four seed methods, as before, without those guarantees.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from agentsessions import events as ev
 from agentsessions.endpoint import Endpoint, ModelRequest, Usage
+from agentsessions.holding import Hold
 from agentsessions.messages import Content, ContentType, Message, Role
+from agentsessions.runs import RunState
+from agentsessions.spec import Spec, StopReason
 from agentsessions.tools import call
-
-if TYPE_CHECKING:
-    from agentsessions.runner import Spec
 
 EventSink = Callable[[ev.Event], object]
 
-
-class StopReason(enum.StrEnum):
-    """Why a run stopped. A model's own reason (``"end_turn"``, ``"max_tokens"``...) is kept as it came."""
-
-    END_TURN = "end_turn"
-    MAX_TOKENS = "max_tokens"
-    MAX_STEPS = "max_steps"
-    CANCELLED = "cancelled"
-    ERROR = "error"
+CANCELLED_TOOL = "the run was cancelled before this tool call ran"
 
 
 class ReactLoop:
@@ -42,28 +37,39 @@ class ReactLoop:
         emit: EventSink | None,
         take_box: Callable[[], list[str]],
         cancelled: Callable[[], bool],
+        hold: Hold | None = None,
     ) -> None:
         self.spec = spec
         self.transcript = list(messages)
         self.endpoint = endpoint
         self.emit = emit
         self.take_box = take_box
-        self.cancelled = cancelled
+        self.run_cancelled = cancelled
+        self.hold = hold
         self.tools = {tool.name: tool for tool in spec.tools}
         self.steps = 0
         self.usage = Usage()
         self.stop_reason: str = ""
+        # Steers from the run's box that are in the transcript but in no save yet: if the
+        # run fails before one, they are reported unapplied.
+        self.unsaved_box: list[str] = []
 
     def run(self) -> None:
-        """Step until the model answers, ``max_steps`` is spent, or the run is cancelled."""
-        while not self.stop_reason:
-            if self.cancelled():
-                self.stop_reason = StopReason.CANCELLED
-            elif self.steps == self.spec.max_steps:
-                self.stop_reason = StopReason.MAX_STEPS
-            else:
-                self.step()
-        self.save()  # the last reply appears in no request, so it would otherwise never be saved
+        """Step until the model answers, ``max_steps`` is spent, or the run is cancelled; then save."""
+        while True:
+            while not self.stop_reason:
+                if self.cancelled():
+                    self.stop_reason = StopReason.CANCELLED
+                elif self.steps == self.spec.max_steps:
+                    self.stop_reason = StopReason.MAX_STEPS
+                else:
+                    self.step()
+            # The last reply appears in no request, so it would otherwise never be saved.
+            late = self.finish()
+            if not late:
+                return
+            self.apply_steers([("session", text) for text in late])
+            self.stop_reason = ""
 
     def step(self) -> None:
         """One model request and the tool calls it asks for."""
@@ -73,6 +79,9 @@ class ReactLoop:
             emit(ev.StepStarted(step))
         self.collect_steers()
         self.save()
+        if self.cancelled():  # the save may have brought a cancel from another replica
+            self.stop_reason = StopReason.CANCELLED
+            return
         request = ModelRequest(
             self.spec.system,
             tuple(self.transcript),
@@ -91,7 +100,20 @@ class ReactLoop:
         if not uses:
             self.stop_reason = response.stop_reason or "end_turn"
             return
-        self.transcript.append(Message(Role.USER, [self.call_tool(use) for use in uses]))
+        self.transcript.append(Message(Role.USER, self.call_tools(uses)))
+
+    def call_tools(self, uses: list[Content]) -> list[Content]:
+        """Run the step's tool calls in order; once the run is cancelled, the rest get error results."""
+        results = []
+        for use in uses:
+            if self.hold is not None and not self.cancelled():
+                self.hold.check()  # a tool may have side effects: run it only while we hold the session
+            if self.cancelled():
+                self.stop_reason = StopReason.CANCELLED
+                results.append(Content.tool_result(use.id, CANCELLED_TOOL, is_error=True))
+            else:
+                results.append(self.call_tool(use))
+        return results
 
     def call_tool(self, use: Content) -> Content:
         """Run one tool call, reporting it to the event sink."""
@@ -102,13 +124,24 @@ class ReactLoop:
             self.emit(ev.ToolReturned(self.steps, result))
         return result
 
+    def cancelled(self) -> bool:
+        """Whether ``Run.cancel`` or, through the store, another replica asked the run to stop."""
+        return self.run_cancelled() or (self.hold is not None and self.hold.cancel_requested)
+
     def collect_steers(self) -> None:
         """Put waiting steers (the run's box, then the session's) where the run has got to."""
-        texts = [("run", text) for text in self.take_box()]
-        if self.spec.session is not None:
+        box = self.take_box()
+        self.unsaved_box += box
+        texts = [("run", text) for text in box]
+        if self.hold is not None:
+            texts += [("session", text) for text in self.hold.take_steers()]
+        elif self.spec.session is not None:
             texts += [("session", text) for text in self.spec.session.take_steers()]
-        if not texts:
-            return
+        if texts:
+            self.apply_steers(texts)
+
+    def apply_steers(self, texts: list[tuple[str, str]]) -> None:
+        """Add steers as user text at the end: to the trailing user message, or as a new one."""
         blocks = tuple(Content(ContentType.TEXT, text=text) for _, text in texts)
         last = self.transcript[-1] if self.transcript else None
         if last is not None and last.role is Role.USER:
@@ -121,10 +154,33 @@ class ReactLoop:
 
     def save(self) -> None:
         """Write the transcript to the session, when there is one."""
-        if self.spec.session is None:
-            return
-        self.spec.session.save(self.transcript)
-        if self.emit:
+        if self.hold is not None:
+            self.hold.save(self.transcript)
+        elif self.spec.session is not None:
+            self.spec.session.save(self.transcript)
+        self.saved()
+
+    def finish(self) -> list[str]:
+        """The last save; with a run store, also the release, or the steers that arrived meanwhile.
+
+        Steers that arrived after the last collection keep the run going, unless it is
+        cancelled or has no step left for them: then they wait in the store for the next run.
+        """
+        if self.hold is None:
+            self.save()
+            return []
+        if self.stop_reason == StopReason.CANCELLED:
+            end, room = RunState.CANCELLED, False
+        else:
+            end, room = RunState.FINISHED, self.steps < self.spec.max_steps
+        late = self.hold.release(self.transcript, end, unless_steered=room)
+        self.saved()
+        return late
+
+    def saved(self) -> None:
+        if self.unsaved_box:
+            self.unsaved_box = []
+        if self.emit and (self.hold is not None or self.spec.session is not None):
             self.emit(ev.TranscriptSaved(self.steps, len(self.transcript)))
 
     def final_text(self) -> str:

@@ -1,81 +1,36 @@
-"""Running an agent: ``Spec`` says what, ``Runner`` starts it, ``Run`` is the handle."""
+"""Running an agent: ``Runner`` starts runs, ``Run`` is the handle. The run's data lives in spec.py.
+
+With a session over a :class:`~agentsessions.session.RunStore`, a run claims its session on
+the caller's thread before anything else (so ``run()`` and ``start()`` raise
+:class:`~agentsessions.errors.SessionBusyError` at once while another run holds it), keeps
+the lease through its process's heartbeat, and releases the session in the state it ended
+in. A session over a store with only the four seed methods runs as before: no claim, no
+lease, no fencing, and a steer taken by a run that dies before its next save is lost.
+"""
 
 from __future__ import annotations
 
-import enum
+import os
+import socket
 import threading
 from collections.abc import Sequence
 
-import attrs
-
 from agentsessions import events as ev
-from agentsessions.endpoint import Endpoint, Usage
+from agentsessions.endpoint import Endpoint
 from agentsessions.errors import RunError, RunFinishedError
-from agentsessions.loop import EventSink, ReactLoop, StopReason
+from agentsessions.holding import Hold
+from agentsessions.loop import EventSink, ReactLoop
 from agentsessions.messages import Message, check_transcript
-from agentsessions.session import Session, check_steer
-from agentsessions.tools import Tool
-
-
-class Pattern(enum.StrEnum):
-    """How the agent works. ReAct: reason, call tools, read their results, repeat."""
-
-    REACT = "react"
-
-
-def _tools(value: Sequence[Tool]) -> tuple[Tool, ...]:
-    tools = tuple(value)
-    for tool in tools:
-        if not isinstance(tool, Tool):
-            raise TypeError(f"Spec.tools holds Tool objects (see @agentsessions.tool), got {type(tool).__name__}")
-    names = [t.name for t in tools]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise ValueError(f"Spec.tools has two tools named {', '.join(duplicates)}")
-    return tools
-
-
-def _session(_: object, __: attrs.Attribute[Session | None], value: object) -> None:
-    if value is not None and not isinstance(value, Session):
-        raise TypeError(f"Spec.session must be a Session (agentsessions.open(id, store)) or None, got {value!r:.80}")
-
-
-@attrs.frozen
-class Spec:
-    """What to run: the pattern, its step limit, the session, the tools and the system prompt.
-
-    ``session`` is ``None`` by default, and then the run touches no store at all.
-    """
-
-    pattern: Pattern = attrs.field(default=Pattern.REACT, converter=Pattern)
-    max_steps: int = attrs.field(default=8, validator=[attrs.validators.instance_of(int), attrs.validators.ge(1)])
-    session: Session | None = attrs.field(default=None, validator=_session)
-    tools: tuple[Tool, ...] = attrs.field(default=(), converter=_tools)
-    system: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
-    max_tokens: int = attrs.field(default=4096, validator=[attrs.validators.instance_of(int), attrs.validators.ge(1)])
-
-
-@attrs.frozen
-class Result:
-    """What a run produced.
-
-    ``messages`` is the whole transcript, ``text`` the final answer, ``steps`` how many
-    model requests were made. ``unapplied_steers`` are steers that reached ``Run.steer``
-    but never made it onto a request; steers left in a session's store are not among them.
-    """
-
-    messages: list[Message]
-    text: str
-    steps: int
-    stop_reason: str
-    unapplied_steers: list[str] = attrs.Factory(list)
-    usage: Usage = attrs.field(factory=Usage)
+from agentsessions.session import RunStore, StoreSession, check_steer
+from agentsessions.spec import Pattern, Result, Spec, StopReason
 
 
 class Run:
     """A run in progress. ``steer`` and ``cancel`` are safe from any thread and do no I/O."""
 
-    def __init__(self, spec: Spec, messages: list[Message], endpoint: Endpoint, emit: EventSink | None) -> None:
+    def __init__(
+        self, spec: Spec, messages: list[Message], endpoint: Endpoint, emit: EventSink | None, hold: Hold | None
+    ) -> None:
         self._emit = emit
         self._box: list[str] = []
         self._box_lock = threading.Lock()
@@ -84,7 +39,7 @@ class Run:
         self._finished = threading.Event()
         self._result: Result | None = None
         self._error: RunError | None = None
-        self._loop = ReactLoop(spec, messages, endpoint, emit, self._take_box, lambda: self._cancelled)
+        self._loop = ReactLoop(spec, messages, endpoint, emit, self._take_box, lambda: self._cancelled, hold)
 
     def steer(self, text: str) -> None:
         """Put ``text`` before the model at the run's next request.
@@ -98,7 +53,7 @@ class Run:
             self._box.append(text)
 
     def cancel(self) -> None:
-        """Stop the run before its next model request; it then ends with ``stop_reason`` ``"cancelled"``."""
+        """Stop the run before its next model request or tool call; it ends with ``stop_reason`` ``"cancelled"``."""
         self._cancelled = True
 
     @property
@@ -131,6 +86,7 @@ class Run:
                 self._loop.run()
             except Exception as caught:
                 error = caught
+                self._abandon()
             self._result = self._close(failed=error is not None)
             if self._emit:
                 try:
@@ -141,20 +97,46 @@ class Run:
                 self._error = RunError(f"the run failed in step {self._loop.steps}: {error!r}", self._result)
                 self._error.__cause__ = error
         finally:
+            if self._loop.hold is not None:
+                self._loop.hold.let_go()
             self._finished.set()
 
+    def _abandon(self) -> None:
+        """After a failure, save what the run has and release its session as ``FAILED``, if the store lets us."""
+        loop = self._loop
+        if loop.hold is not None and loop.hold.abandon(loop.transcript):
+            loop.unsaved_box = []
+
     def _close(self, failed: bool) -> Result:
-        """Refuse further steers and build the result; what is still in the box was never applied."""
+        """Refuse further steers and build the result; steers in no save (or request) were never applied."""
         with self._box_lock:
             self._closed = True
             unapplied, self._box = self._box, []
         loop = self._loop
         stop_reason = StopReason.ERROR if failed else loop.stop_reason
+        unapplied = loop.unsaved_box + unapplied if failed else unapplied
         return Result(loop.transcript, loop.final_text(), loop.steps, stop_reason, unapplied, loop.usage)
 
 
+def default_replica() -> str:
+    """``"<hostname>:<pid>"``: this process, as ``SessionInfo.holder`` names it."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
 class Runner:
-    """Runs specs. Holds no state: one runner can serve any number of runs at once."""
+    """Runs specs; one runner can serve any number of runs at once.
+
+    ``replica`` names this process in the sessions its runs hold (``SessionInfo.holder``);
+    it defaults to ``"<hostname>:<pid>"``.
+    """
+
+    def __init__(self, replica: str | None = None) -> None:
+        if replica is not None and (not isinstance(replica, str) or not replica):
+            raise TypeError(f"replica must be a non-empty str or None, got {replica!r:.80}")
+        self.replica = replica if replica is not None else default_replica()
+
+    def __repr__(self) -> str:
+        return f"Runner(replica={self.replica!r})"
 
     def run(
         self, spec: Spec, messages: Sequence[Message], endpoint: Endpoint, events: EventSink | None = None
@@ -172,15 +154,22 @@ class Runner:
         threading.Thread(target=run._execute, name="agentsessions-run").start()
         return run
 
-    @staticmethod
-    def _prepare(spec: Spec, messages: Sequence[Message], endpoint: Endpoint, events: EventSink | None) -> Run:
+    def _prepare(self, spec: Spec, messages: Sequence[Message], endpoint: Endpoint, events: EventSink | None) -> Run:
         if not isinstance(spec, Spec):
             raise TypeError(f"spec must be an agentsessions.Spec, got {type(spec).__name__}")
         if not callable(getattr(endpoint, "complete", None)):
             raise TypeError(f"endpoint must have a complete(request) method, got {type(endpoint).__name__}")
         if events is not None and not callable(events):
             raise TypeError(f"events must be a callable or None, got {type(events).__name__}")
-        return Run(spec, check_transcript(messages), endpoint, events)
+        transcript = check_transcript(messages)
+        return Run(spec, transcript, endpoint, events, self._hold(spec))
+
+    def _hold(self, spec: Spec) -> Hold | None:
+        """Claim the spec's session when its store keeps runs; raises ``SessionBusyError`` while it is held."""
+        session = spec.session
+        if isinstance(session, StoreSession) and isinstance(session.store, RunStore):
+            return Hold.claim_session(session.store, session.id, self.replica, spec.lease)
+        return None
 
 
 __all__ = ["Pattern", "Result", "Run", "Runner", "Spec", "StopReason"]

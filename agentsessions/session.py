@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import datetime
+from collections.abc import Collection, Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
 
 from agentsessions.errors import InvalidSessionIdError
 from agentsessions.messages import Message
+from agentsessions.runs import Claim, Progress, Renewal, RunState, SessionInfo, Steer
 
 MAX_SESSION_ID = 255
 
@@ -57,6 +59,71 @@ class Store(Protocol):
 
 
 @runtime_checkable
+class RunStore(Store, Protocol):
+    """A store that keeps runs, not only transcripts (the record of :mod:`agentsessions.runs`).
+
+    With one of these behind a session, a run claims the session, keeps a lease on it,
+    saves only while it holds it, and takes steers and saves the transcript carrying them
+    in one atomic step. A store with only the four :class:`Store` methods still runs,
+    without those guarantees. ``add_steer`` returns the session's state at the instant
+    the steer was stored.
+    """
+
+    def add_steer(self, session_id: str, text: str) -> RunState:  # type: ignore[override]
+        """Leave a steer; the state then: ``RUNNING`` means the live run will take it."""
+        ...
+
+    def info(self, session_id: str) -> SessionInfo:
+        """The session's record; an unknown id is ``IDLE`` with length 0."""
+        ...
+
+    def sessions(
+        self, *, state: RunState | Collection[RunState] | None = None, updated_before: datetime.datetime | None = None
+    ) -> Iterator[SessionInfo]:
+        """Every session, newest update first, fetched lazily in pages, each exactly once."""
+        ...
+
+    def delete(self, session_id: str) -> bool:
+        """Remove transcript, steers and record in one step; ``True`` if the session existed."""
+        ...
+
+    def cancel(self, session_id: str) -> bool:
+        """Ask the run holding the session to stop; ``False`` when no live run holds it."""
+        ...
+
+    def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
+        """Hold the session for a run; raises :class:`SessionBusyError` while another lease is live."""
+        ...
+
+    def peek_steers(self, session_id: str) -> list[Steer]:
+        """The steers waiting, oldest first, left in place until a :meth:`save_run` names them."""
+        ...
+
+    def save_run(
+        self,
+        claim: Claim,
+        messages: Sequence[Message],
+        *,
+        taken: Sequence[int] = (),
+        end: RunState | None = None,
+        unless_steered: bool = False,
+    ) -> Progress:
+        """Save as the run holding ``claim``, renewing its lease; one atomic step.
+
+        Deletes the steers ``taken`` (their seqs: the transcript carries them). With ``end``
+        (``FINISHED``, ``CANCELLED`` or ``FAILED``) also releases the session in that state,
+        except that with ``unless_steered`` and other steers waiting it keeps holding it and
+        returns them in ``Progress.pending``. Raises :class:`ConflictError`, having written
+        nothing, when ``claim`` no longer holds the session.
+        """
+        ...
+
+    def renew(self, claims: Sequence[Claim]) -> Renewal:
+        """Extend the leases of ``claims`` by their own length, in one write for them all."""
+        ...
+
+
+@runtime_checkable
 class Session(Protocol):
     """One conversation in a store, already addressed."""
 
@@ -68,7 +135,7 @@ class Session(Protocol):
         """This session's transcript."""
         ...
 
-    def steer(self, text: str) -> None:
+    def steer(self, text: str) -> RunState | None:
         """Leave a steer for the run of this session, wherever it runs."""
         ...
 
@@ -79,7 +146,11 @@ class Session(Protocol):
 
 @attrs.frozen
 class StoreSession:
-    """A :class:`Session` over a :class:`Store` and one id; what :func:`open` returns."""
+    """A :class:`Session` over a :class:`Store` and one id; what :func:`open` returns.
+
+    ``info``, ``delete`` and ``cancel`` need a :class:`RunStore`; over a store with only
+    the four seed methods they raise ``TypeError``.
+    """
 
     id: str
     store: Store = attrs.field(repr=False)
@@ -92,9 +163,33 @@ class StoreSession:
         """This session's transcript."""
         return self.store.messages(self.id)
 
-    def steer(self, text: str) -> None:
-        """Leave a steer for the run of this session, wherever it runs."""
-        self.store.add_steer(self.id, text)
+    def steer(self, text: str) -> RunState | None:
+        """Leave a steer for the run of this session, wherever it runs.
+
+        Returns the session's state at the instant the steer was stored: ``RUNNING`` means
+        the live run will take it; anything else means it waits for the next run (start
+        one). ``None`` from a store that keeps no run records.
+        """
+        state: RunState | None = self.store.add_steer(self.id, text)  # type: ignore[func-returns-value]
+        return state
+
+    def info(self) -> SessionInfo:
+        """This session's record: length, last update, state, holder, lease, pending steers."""
+        return self._runs().info(self.id)
+
+    def delete(self) -> bool:
+        """Remove this session's transcript, steers and record in one step; ``True`` if it existed."""
+        return self._runs().delete(self.id)
+
+    def cancel(self) -> bool:
+        """Ask the run holding this session to stop; ``False`` when no live run holds it."""
+        return self._runs().cancel(self.id)
+
+    def _runs(self) -> RunStore:
+        if not isinstance(self.store, RunStore):
+            kind = type(self.store).__name__
+            raise TypeError(f"{kind} keeps no run records: it implements only agentsessions.Store, not RunStore")
+        return self.store
 
     def take_steers(self) -> list[str]:
         """Remove and return the waiting steers, oldest first."""

@@ -1,4 +1,8 @@
-"""Runs with a session: steers from the store, saves before every request, resuming."""
+"""Runs with a session: steers from the store, saves before every request, resuming.
+
+Most of these run over stores that keep runs; ``SeedOnly`` hides all but the seed's four
+methods, to show that a third-party store implementing only those still runs.
+"""
 
 from __future__ import annotations
 
@@ -9,42 +13,78 @@ import textwrap
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
+from conftest import wait_for
 from scripts import call, double, echo_last_result
 
 import agentsessions as agent
 from agentsessions import events as ev
 from agentsessions.endpoints import ScriptedEndpoint
+from agentsessions.runs import Claim, Progress, Steer
 from agentsessions.stores import sqlite
 from agentsessions.stores.memory import MemoryStore
 
 USER = agent.Message.user("double 21")
 
 
+class SeedOnly:
+    """A store with only the seed's four methods (as a third party may write), noting each call."""
+
+    def __init__(self, store: agent.Store) -> None:
+        self.store = store
+        self.calls: list[tuple[str, int]] = []
+
+    def save(self, session_id: str, messages: Sequence[agent.Message]) -> None:
+        self.calls.append(("save", len(messages)))
+        self.store.save(session_id, messages)
+
+    def messages(self, session_id: str) -> list[agent.Message]:
+        return self.store.messages(session_id)
+
+    def add_steer(self, session_id: str, text: str) -> None:
+        self.store.add_steer(session_id, text)
+
+    def take_steers(self, session_id: str) -> list[str]:
+        taken = self.store.take_steers(session_id)
+        self.calls.append(("take_steers", len(taken)))
+        return taken
+
+
 class RecordingStore(MemoryStore):
-    """A memory store that notes each call, so the tests can see what the loop asked of it."""
+    """A memory store that notes each run-store call, so the tests can see what the loop asked of it."""
 
     def __init__(self) -> None:
         super().__init__()
         self.calls: list[tuple[str, int]] = []
 
-    def save(self, session_id: str, messages: Sequence[agent.Message]) -> None:
-        self.calls.append(("save", len(messages)))
-        super().save(session_id, messages)
+    def peek_steers(self, session_id: str) -> list[Steer]:
+        steers = super().peek_steers(session_id)
+        self.calls.append(("peek_steers", len(steers)))
+        return steers
 
-    def take_steers(self, session_id: str) -> list[str]:
-        taken = super().take_steers(session_id)
-        self.calls.append(("take_steers", len(taken)))
-        return taken
+    def save_run(self, claim: Claim, messages: Sequence[agent.Message], **options: Any) -> Progress:
+        self.calls.append(("save_run", len(messages)))
+        return super().save_run(claim, messages, **options)
 
 
-def test_the_transcript_is_saved_before_every_request_and_once_at_the_end() -> None:
-    store = RecordingStore()
+def test_a_seed_store_is_saved_before_every_request_and_once_at_the_end() -> None:
+    store = SeedOnly(MemoryStore())
+    assert not isinstance(store, agent.RunStore)
     spec = agent.Spec(tools=[double], session=agent.open("s", store))
     result = agent.Runner().run(spec, [USER], ScriptedEndpoint([call("double", n=21), echo_last_result]))
     assert store.calls == [("take_steers", 0), ("save", 1), ("take_steers", 0), ("save", 3), ("save", 4)]
     assert store.messages("s") == result.messages
+
+
+def test_a_run_store_is_saved_before_every_request_and_once_at_the_end() -> None:
+    store = RecordingStore()
+    spec = agent.Spec(tools=[double], session=agent.open("s", store))
+    result = agent.Runner().run(spec, [USER], ScriptedEndpoint([call("double", n=21), echo_last_result]))
+    assert store.calls == [("peek_steers", 0), ("save_run", 1), ("peek_steers", 0), ("save_run", 3), ("save_run", 4)]
+    assert store.messages("s") == result.messages
+    assert store.info("s").state is agent.RunState.FINISHED
 
 
 def test_without_a_session_nothing_is_saved() -> None:
@@ -90,8 +130,9 @@ def test_the_run_box_comes_before_the_session_and_both_ride_on_tool_results() ->
     )
 
 
-def test_each_stored_steer_reaches_exactly_one_of_many_runs(tmp_path: Path) -> None:
-    store = sqlite.open(tmp_path / "s.db")
+def test_each_stored_steer_reaches_exactly_one_of_many_runs_over_a_seed_store(tmp_path: Path) -> None:
+    # A seed store has no claims, so four runs of one session run at once (a run store refuses that).
+    store = SeedOnly(sqlite.open(tmp_path / "s.db"))
     steers = [f"steer {i}" for i in range(40)]
 
     def add_all() -> None:
@@ -138,6 +179,7 @@ CRASHING_RUN = """
 import json, os, sys
 import agentsessions as agent
 from agentsessions.endpoints import ScriptedEndpoint
+from agentsessions.runs import Claim, Progress, Steer
 from agentsessions.stores import sqlite
 
 @agent.tool
@@ -149,7 +191,7 @@ def send(text: str) -> str:
 
 reply = agent.Message(agent.Role.ASSISTANT, [agent.Content.tool_use("c1", "send", json.dumps({"text": "hi"}))])
 store = sqlite.open(sys.argv[1])
-spec = agent.Spec(tools=[send], session=agent.open("crash", store))
+spec = agent.Spec(tools=[send], session=agent.open("crash", store), lease=0.5)
 agent.Runner().run(spec, [agent.Message.user("say hi")], ScriptedEndpoint([reply]))
 """
 
@@ -163,6 +205,7 @@ def test_a_run_that_dies_mid_step_resumes_from_the_step_before_and_redoes_it(tmp
     assert died.returncode == 3
     store = sqlite.open(db)
     assert store.messages("crash") == [agent.Message.user("say hi")]  # saved before step 1's request
+    wait_for("the dead run's lease to run out", lambda: store.info("crash").state is agent.RunState.STALLED)
 
     @agent.tool
     def send(text: str) -> str:
@@ -186,11 +229,11 @@ class FailingStore(MemoryStore):
         super().__init__()
         self.saves = 0
 
-    def save(self, session_id: str, messages: Sequence[agent.Message]) -> None:
+    def save_run(self, claim: Claim, messages: Sequence[agent.Message], **options: Any) -> Progress:
         self.saves += 1
         if self.saves > 1:
             raise agent.StoreError("the database went away")
-        super().save(session_id, messages)
+        return super().save_run(claim, messages, **options)
 
 
 def test_a_failing_store_fails_the_run_with_the_partial_result() -> None:
@@ -203,3 +246,5 @@ def test_a_failing_store_fails_the_run_with_the_partial_result() -> None:
     assert len(failure.value.result.messages) == 3  # the tool had run; its result was never saved
     assert len(endpoint.requests) == 1  # no request went out without its save
     assert store.messages("s") == [USER]
+    # It could not even release the session: the lease will run out and the session stall.
+    assert store.info("s").state is agent.RunState.RUNNING

@@ -1,14 +1,37 @@
-"""A store in this process's memory: for tests, examples and single-process programs."""
+"""A store in this process's memory: for tests, examples and single-process programs.
+
+It is also the smallest complete :class:`~agentsessions.session.RunStore`: a store author
+can read here what every method must do, without a database in the way.
+"""
 
 from __future__ import annotations
 
+import datetime
+import itertools
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 import attrs
 
 from agentsessions.messages import Message, check_transcript, transcript_list
+from agentsessions.runs import (
+    Claim,
+    Progress,
+    Renewal,
+    RunState,
+    SessionInfo,
+    Steer,
+    busy,
+    check_lease,
+    check_updated_before,
+    derive_state,
+    state_filter,
+    superseded,
+    utcnow,
+)
 from agentsessions.session import check_session_id, check_steer
+
+__all__ = ["MemoryStore"]
 
 
 @attrs.define
@@ -16,7 +39,32 @@ class _Entry:
     # Each session has its own lock, so threads on different sessions never wait for each other.
     lock: threading.Lock = attrs.Factory(threading.Lock)
     messages: tuple[Message, ...] = ()
-    steers: list[str] = attrs.Factory(list)
+    steers: list[Steer] = attrs.Factory(list)
+    updated_at: datetime.datetime | None = None
+    run_state: RunState | None = None  # None: never claimed; RUNNING while held (STALLED is derived)
+    token: int = 0
+    holder: str | None = None
+    lease: float = 0.0
+    lease_expires_at: datetime.datetime | None = None
+    cancel_requested: bool = False
+
+    def state(self, now: datetime.datetime) -> RunState:
+        return derive_state(self.run_state, self.lease_expires_at, now)
+
+    def info(self, session_id: str, now: datetime.datetime) -> SessionInfo:
+        return SessionInfo(
+            session_id,
+            len(self.messages),
+            self.updated_at,
+            self.state(now),
+            self.holder,
+            self.lease_expires_at,
+            len(self.steers),
+            self.cancel_requested,
+        )
+
+    def holds(self, claim: Claim) -> bool:
+        return self.token == claim.token and self.run_state is RunState.RUNNING
 
 
 class MemoryStore:
@@ -24,6 +72,10 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self._sessions: dict[str, _Entry] = {}
+        # Tokens and steer numbers come from counters of the store, not of a session, so a
+        # session deleted and created again never reuses one. next() on a count is atomic.
+        self._tokens = itertools.count(1)
+        self._seqs = itertools.count(1)
 
     def _entry(self, session_id: str) -> _Entry:
         check_session_id(session_id)
@@ -32,29 +84,41 @@ class MemoryStore:
             entry = self._sessions.setdefault(session_id, _Entry())  # atomic: one entry wins
         return entry
 
+    def _locked(self, session_id: str) -> _Entry:
+        """The session's entry with its lock held, retried if a delete removed it meanwhile."""
+        while True:
+            entry = self._entry(session_id)
+            entry.lock.acquire()
+            if self._sessions.get(session_id) is entry:
+                return entry
+            entry.lock.release()
+
+    # --- Transcripts and steers (the seed's four) ------------------------------------------
+
     def save(self, session_id: str, messages: Sequence[Message]) -> None:
         """Make ``messages`` the session's transcript (a snapshot: later changes to the list do not leak in)."""
-        entry = self._entry(session_id)
-        snapshot = tuple(transcript_list(messages))
-        stored = entry.messages
-        # Only what differs from the stored transcript needs checking: the shared prefix compares
-        # equal, a pointer check per message when they are the same objects, as in a run.
-        shared = len(stored) if snapshot[: len(stored)] == stored else 0
-        check_transcript(snapshot, start=shared)
-        with entry.lock:
-            entry.messages = snapshot
+        snapshot = self._snapshot(self._entry(session_id), messages)
+        entry = self._locked(session_id)
+        try:
+            entry.messages, entry.updated_at = snapshot, utcnow()
+        finally:
+            entry.lock.release()
 
     def messages(self, session_id: str) -> list[Message]:
         """The session's transcript, empty if it has none."""
         entry = self._sessions.get(check_session_id(session_id))
         return list(entry.messages) if entry else []
 
-    def add_steer(self, session_id: str, text: str) -> None:
-        """Leave a steer for the session's next run."""
-        entry = self._entry(session_id)
+    def add_steer(self, session_id: str, text: str) -> RunState:
+        """Leave a steer for the session's run; returns the session's state as it was stored."""
+        check_session_id(session_id)
         check_steer(text)
-        with entry.lock:
-            entry.steers.append(text)
+        entry = self._locked(session_id)
+        try:
+            entry.steers.append(Steer(next(self._seqs), text))
+            return entry.state(utcnow())
+        finally:
+            entry.lock.release()
 
     def take_steers(self, session_id: str) -> list[str]:
         """Remove and return the waiting steers, oldest first."""
@@ -63,4 +127,131 @@ class MemoryStore:
             return []
         with entry.lock:
             taken, entry.steers = entry.steers, []
-        return taken
+        return [steer.text for steer in taken]
+
+    # --- Records: info, listing, delete, cancel ---------------------------------------------
+
+    def info(self, session_id: str) -> SessionInfo:
+        """The session's record; an unknown id is ``IDLE`` with length 0."""
+        entry = self._sessions.get(check_session_id(session_id))
+        if entry is None:
+            return SessionInfo(session_id)
+        with entry.lock:
+            return entry.info(session_id, utcnow())
+
+    def sessions(
+        self, *, state: RunState | Collection[RunState] | None = None, updated_before: datetime.datetime | None = None
+    ) -> Iterator[SessionInfo]:
+        """Every session, newest update first (never saved last), each exactly once."""
+        states, before = state_filter(state), check_updated_before(updated_before)
+        infos = [
+            info
+            for info in map(self.info, list(self._sessions))
+            if (states is None or info.state in states)
+            and (before is None or (info.updated_at is not None and info.updated_at < before))
+        ]
+        never = datetime.datetime.min.replace(tzinfo=datetime.UTC)
+        infos.sort(key=lambda info: (info.updated_at or never, info.id), reverse=True)
+        return iter(infos)
+
+    def delete(self, session_id: str) -> bool:
+        """Remove the session whole; ``True`` if it existed."""
+        check_session_id(session_id)
+        entry = self._sessions.get(session_id)
+        if entry is None:
+            return False
+        with entry.lock:
+            return self._sessions.pop(session_id, None) is entry
+
+    def cancel(self, session_id: str) -> bool:
+        """Ask the live run holding the session to stop; ``False`` when none holds it."""
+        entry = self._sessions.get(check_session_id(session_id))
+        if entry is None:
+            return False
+        with entry.lock:
+            if entry.state(utcnow()) is not RunState.RUNNING:
+                return False
+            entry.cancel_requested = True
+            return True
+
+    # --- Holding a run ---------------------------------------------------------------------
+
+    def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
+        """Hold the session for a run, taking over a stalled one; busy while another lease is live."""
+        lease = check_lease(lease)
+        entry = self._locked(session_id)
+        try:
+            now = utcnow()
+            if entry.state(now) is RunState.RUNNING:
+                raise busy(session_id, entry.holder, entry.lease_expires_at)
+            claim = Claim(session_id, next(self._tokens), replica, lease)
+            entry.run_state, entry.token, entry.holder, entry.lease = RunState.RUNNING, claim.token, replica, lease
+            entry.lease_expires_at, entry.cancel_requested = now + datetime.timedelta(seconds=lease), False
+            return claim
+        finally:
+            entry.lock.release()
+
+    def peek_steers(self, session_id: str) -> list[Steer]:
+        """The waiting steers, oldest first, left in place."""
+        entry = self._sessions.get(check_session_id(session_id))
+        if entry is None:
+            return []
+        with entry.lock:
+            return list(entry.steers)
+
+    def save_run(
+        self,
+        claim: Claim,
+        messages: Sequence[Message],
+        *,
+        taken: Sequence[int] = (),
+        end: RunState | None = None,
+        unless_steered: bool = False,
+    ) -> Progress:
+        """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``."""
+        entry = self._sessions.get(claim.session_id)
+        if entry is None:
+            raise superseded(claim)
+        snapshot = self._snapshot(entry, messages)
+        with entry.lock:
+            if self._sessions.get(claim.session_id) is not entry or not entry.holds(claim):
+                raise superseded(claim)
+            gone = set(taken)
+            entry.steers = [steer for steer in entry.steers if steer.seq not in gone]
+            now = utcnow()
+            entry.messages, entry.updated_at = snapshot, now
+            entry.lease_expires_at = now + datetime.timedelta(seconds=entry.lease)
+            if end is not None and unless_steered and entry.steers:
+                return Progress(entry.cancel_requested, tuple(entry.steers))
+            if end is not None:
+                entry.run_state, entry.cancel_requested = end, False
+                return Progress()
+            return Progress(entry.cancel_requested)
+
+    def renew(self, claims: Sequence[Claim]) -> Renewal:
+        """Extend each claim's lease; report the claims lost and those asked to cancel."""
+        lost, cancelling = set(), set()
+        for claim in claims:
+            entry = self._sessions.get(claim.session_id)
+            if entry is None:
+                lost.add(claim)
+                continue
+            with entry.lock:
+                if not entry.holds(claim):
+                    lost.add(claim)
+                    continue
+                entry.lease_expires_at = utcnow() + datetime.timedelta(seconds=entry.lease)
+                if entry.cancel_requested:
+                    cancelling.add(claim)
+        return Renewal(frozenset(lost), frozenset(cancelling))
+
+    @staticmethod
+    def _snapshot(entry: _Entry, messages: Sequence[Message]) -> tuple[Message, ...]:
+        snapshot = tuple(transcript_list(messages))
+        stored = entry.messages
+        # Only what differs from the stored transcript needs checking: the shared prefix compares
+        # equal, a pointer check per message when they are the same objects, as in a run.
+        shared = len(stored) if snapshot[: len(stored)] == stored else 0
+        check_transcript(snapshot, start=shared)
+        return snapshot
+

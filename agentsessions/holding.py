@@ -1,0 +1,174 @@
+"""A run's hold on its session in a :class:`~agentsessions.session.RunStore`, and the heartbeat that keeps it.
+
+``Hold`` is what the loop talks to instead of the session when the store keeps runs: it
+peeks the steers and remembers which it took until a save carries them (taking and saving
+are then one atomic step in the store), saves only under its claim, and releases the
+session in the state the run ended in.
+
+Leases follow one ``Heartbeat`` per store object in this process, not one thread or one
+write per run: every beat renews all of this process's claims on that store in one
+batched write, at least every ``lease / 3`` of the shortest lease held. A slow model
+request or tool call therefore never lets a live run look stalled, and a replica holding
+a thousand runs writes as often as one holding a single run.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from typing import ClassVar
+
+from agentsessions.errors import StoreError
+from agentsessions.messages import Message
+from agentsessions.runs import Claim, RunState, Steer, superseded
+from agentsessions.session import RunStore
+
+log = logging.getLogger("agentsessions")
+
+
+class Hold:
+    """One run's claim on its session, with the steers it has taken but not yet saved."""
+
+    def __init__(self, store: RunStore, claim: Claim) -> None:
+        self.store = store
+        self.claim = claim
+        self.taken: list[int] = []
+        self.cancel_requested = False
+        self.lost = False
+        self.released = False
+
+    @classmethod
+    def claim_session(cls, store: RunStore, session_id: str, replica: str, lease: float) -> Hold:
+        """Claim the session (``SessionBusyError`` while another lease is live) and start keeping the lease."""
+        hold = cls(store, store.claim(session_id, replica=replica, lease=lease))
+        Heartbeat.of(store).add(hold)
+        return hold
+
+    def take_steers(self) -> list[str]:
+        """The steers waiting in the store that this run has not taken yet, oldest first."""
+        fresh = [s for s in self.store.peek_steers(self.claim.session_id) if s.seq not in self.taken]
+        return self._take(fresh)
+
+    def save(self, messages: Sequence[Message]) -> None:
+        """Save under the claim, deleting the steers the transcript now carries."""
+        progress = self.store.save_run(self.claim, messages, taken=self.taken)
+        self.taken = []
+        self.cancel_requested = self.cancel_requested or progress.cancel_requested
+
+    def release(self, messages: Sequence[Message], end: RunState, *, unless_steered: bool) -> list[str]:
+        """Save and release in state ``end``; with ``unless_steered``, steers that arrived instead.
+
+        When steers arrived since the last collection, the session stays held and their
+        texts are returned for the run to go on with: releasing and that check are one step.
+        """
+        progress = self.store.save_run(self.claim, messages, taken=self.taken, end=end, unless_steered=unless_steered)
+        self.taken = []
+        if progress.pending:
+            return self._take(list(progress.pending))
+        self.let_go()
+        return []
+
+    def check(self) -> None:
+        """Before a side effect: renew the lease, and learn whether the run was cancelled or superseded."""
+        renewal = self.store.renew([self.claim])
+        self.cancel_requested = self.cancel_requested or bool(renewal.cancelling)
+        if renewal.lost:
+            self.lost = True
+        if self.lost:
+            raise superseded(self.claim)
+
+    def abandon(self, messages: Sequence[Message]) -> bool:
+        """After a failure: save what the run has and release it as ``FAILED``, if the store lets us."""
+        try:
+            self.release(messages, RunState.FAILED, unless_steered=False)
+        except StoreError as error:
+            log.warning("could not release session %r after the run failed: %s", self.claim.session_id, error)
+            return False
+        finally:
+            self.let_go()
+        return True
+
+    def let_go(self) -> None:
+        """Stop renewing the lease (the session was released, or the run is over)."""
+        if not self.released:
+            self.released = True
+            Heartbeat.of(self.store).remove(self)
+
+    def _take(self, steers: list[Steer]) -> list[str]:
+        self.taken += [steer.seq for steer in steers]
+        return [steer.text for steer in steers]
+
+
+class Heartbeat:
+    """Renews the leases of every hold on one store, in one ``renew`` call per beat, on one daemon thread.
+
+    The thread starts with the first hold and ends when the last is let go. A failed
+    renewal is logged and tried again at the next beat: a lease is three beats long.
+    """
+
+    # Weak: a heartbeat lives while its thread runs; then nothing keeps it, or its store, alive.
+    _beats: ClassVar[weakref.WeakValueDictionary[int, Heartbeat]] = weakref.WeakValueDictionary()
+    _registry: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, store: RunStore) -> None:
+        self.store = store
+        self.holds: set[Hold] = set()
+        self.changed = threading.Condition()
+        self.thread: threading.Thread | None = None
+
+    @classmethod
+    def of(cls, store: RunStore) -> Heartbeat:
+        """The heartbeat of ``store`` in this process."""
+        with cls._registry:
+            beat = cls._beats.get(id(store))
+            if beat is None or beat.store is not store:
+                beat = cls._beats[id(store)] = cls(store)
+            return beat
+
+    def add(self, hold: Hold) -> None:
+        """Keep ``hold``'s lease from now on."""
+        with self.changed:
+            self.holds.add(hold)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._beat, name="agentsessions-heartbeat", daemon=True)
+                self.thread.start()
+            self.changed.notify()  # a shorter lease may need an earlier beat
+
+    def remove(self, hold: Hold) -> None:
+        """Stop keeping ``hold``'s lease."""
+        with self.changed:
+            self.holds.discard(hold)
+            self.changed.notify()
+
+    def _beat(self) -> None:
+        last = time.monotonic()
+        while True:
+            with self.changed:
+                # A new hold wakes the thread only to shorten the wait: renewing at every
+                # claim would cost a write per run, which is what the heartbeat is to avoid.
+                while self.holds and (wait := last + self._period() - time.monotonic()) > 0:
+                    self.changed.wait(wait)
+                if not self.holds:
+                    self.thread = None
+                    return
+                holds = list(self.holds)
+            last = time.monotonic()
+            self._renew(holds)
+
+    def _period(self) -> float:
+        return min(hold.claim.lease for hold in self.holds) / 3
+
+    def _renew(self, holds: list[Hold]) -> None:
+        try:
+            renewal = self.store.renew([hold.claim for hold in holds])
+        except StoreError as error:
+            log.warning("could not renew %d lease(s): %s", len(holds), error)
+            return
+        for hold in holds:
+            if hold.claim in renewal.lost:
+                hold.lost = True
+            if hold.claim in renewal.cancelling:
+                hold.cancel_requested = True

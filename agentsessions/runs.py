@@ -1,0 +1,185 @@
+"""What a store keeps about runs: their states, the record a session carries, claims and steers.
+
+A session's record says who holds it and until when. A run *claims* its session before
+its first save and gets a fencing token, greater than any token that session id ever had;
+every later write of the run names that token and is refused once another claim replaced
+it. The lease (``lease_expires_at``) is renewed while the run lives; a record whose lease
+ran out while marked running is ``STALLED``, and the next claim takes it over.
+
+    IDLE ──claim──▶ RUNNING ──release──▶ FINISHED | CANCELLED | FAILED ──claim──▶ RUNNING
+                       │ lease runs out                                              ▲
+                       ▼                                                              │
+                    STALLED ──────────────────────────claim──────────────────────────┘
+
+Stores that keep these records implement :class:`RunStore`; this module holds the data
+they exchange with the runner, and the one rule that derives a state from a record.
+"""
+
+from __future__ import annotations
+
+import datetime
+import enum
+from collections.abc import Collection
+
+import attrs
+
+from agentsessions.errors import ConflictError, SessionBusyError
+
+UTC = datetime.UTC
+
+
+class RunState(enum.StrEnum):
+    """Where a session's runs stand.
+
+    ``IDLE``: no run has held it. ``RUNNING``: a run holds it and its lease is live.
+    ``STALLED``: a run held it and its lease ran out (its process died or hangs).
+    ``FINISHED``, ``CANCELLED``, ``FAILED``: how its last run ended.
+    """
+
+    IDLE = "idle"
+    RUNNING = "running"
+    STALLED = "stalled"
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+
+ENDINGS = frozenset({RunState.FINISHED, RunState.CANCELLED, RunState.FAILED})
+"""The states a run may leave its session in when it releases it."""
+
+
+def _aware(_: object, attribute: attrs.Attribute[datetime.datetime | None], value: object) -> None:
+    if value is not None and (not isinstance(value, datetime.datetime) or value.tzinfo is None):
+        raise TypeError(f"SessionInfo.{attribute.name} must be an aware datetime or None, got {value!r:.80}")
+
+
+@attrs.frozen
+class SessionInfo:
+    """One session's record, as :meth:`Session.info` and :meth:`RunStore.sessions` report it.
+
+    ``length`` is the number of stored messages; ``updated_at`` the last save (aware UTC,
+    to the microsecond; ``None`` if never saved). ``holder`` is the replica name of the
+    run holding the session, or of the last one that held it. An unknown id is ``IDLE``
+    with length 0.
+    """
+
+    id: str
+    length: int = 0
+    updated_at: datetime.datetime | None = attrs.field(default=None, validator=_aware)
+    state: RunState = attrs.field(default=RunState.IDLE, converter=RunState)
+    holder: str | None = None
+    lease_expires_at: datetime.datetime | None = attrs.field(default=None, validator=_aware)
+    pending_steers: int = 0
+    cancel_requested: bool = False
+
+
+@attrs.frozen
+class Claim:
+    """A run's hold on a session: its fencing ``token``, its ``replica`` and its ``lease`` in seconds."""
+
+    session_id: str
+    token: int
+    replica: str
+    lease: float
+
+
+@attrs.frozen
+class Steer:
+    """A steer waiting in the store: ``seq`` orders a session's steers and names it when taken."""
+
+    seq: int
+    text: str
+
+
+@attrs.frozen
+class Progress:
+    """What :meth:`RunStore.save_run` learned while it wrote.
+
+    ``cancel_requested``: someone asked the run to stop. ``pending``: steers that arrived
+    after the run's last collection, when it asked to release only if there were none; the
+    session is then still held, and the run goes on with them.
+    """
+
+    cancel_requested: bool = False
+    pending: tuple[Steer, ...] = ()
+
+
+@attrs.frozen
+class Renewal:
+    """What one batched :meth:`RunStore.renew` found: claims no longer held, and claims asked to cancel."""
+
+    lost: frozenset[Claim] = frozenset()
+    cancelling: frozenset[Claim] = frozenset()
+
+
+def derive_state(stored: str | None, lease_expires_at: datetime.datetime | None, now: datetime.datetime) -> RunState:
+    """The state of a record whose stored state is ``stored`` (``None``: no run ever held it).
+
+    Stores keep ``"running"`` while a run holds the session; whether it is ``RUNNING`` or
+    ``STALLED`` depends on the lease at ``now``, so no store has to rewrite records when
+    leases run out.
+    """
+    if stored is None:
+        return RunState.IDLE
+    state = RunState(stored)
+    if state is RunState.RUNNING and (lease_expires_at is None or lease_expires_at <= now):
+        return RunState.STALLED
+    return state
+
+
+def state_filter(state: RunState | Collection[RunState] | None) -> frozenset[RunState] | None:
+    """The states ``sessions(state=...)`` asks for, as a set (``None``: every state); checks the values."""
+    if state is None:
+        return None
+    states = [state] if isinstance(state, (str, RunState)) else list(state)
+    try:
+        return frozenset(RunState(s) for s in states)
+    except ValueError as error:
+        raise ValueError(f"state must be a RunState or a collection of them, got {state!r:.80}") from error
+
+
+def check_updated_before(value: object) -> datetime.datetime | None:
+    """``updated_before`` as an aware datetime, or ``None``; a naive one is refused (its zone is unknown)."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime.datetime) or value.tzinfo is None:
+        raise TypeError(f"updated_before must be an aware datetime (tzinfo set) or None, got {value!r:.80}")
+    return value
+
+
+def check_lease(lease: object) -> float:
+    """A lease in seconds: a finite number above zero."""
+    if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not 0 < lease < 10**9:
+        raise ValueError(f"a lease is a number of seconds above 0, got {lease!r:.80}")
+    return float(lease)
+
+
+def busy(session_id: str, holder: str | None, expires: datetime.datetime | None) -> SessionBusyError:
+    """The error for a claim refused because another run's lease is live."""
+    until = f" until {expires.isoformat()}" if expires else ""
+    return SessionBusyError(f"session {session_id!r:.80} is held by {holder!r} (lease live{until})")
+
+
+def superseded(claim: Claim) -> ConflictError:
+    """The error for a write by a run whose claim was taken over, or whose session was deleted."""
+    return ConflictError(
+        f"session {claim.session_id!r:.80} is no longer held by this run (token {claim.token}): "
+        "another run took it over after the lease lapsed, or it was deleted"
+    )
+
+
+def utcnow() -> datetime.datetime:
+    """Now, as an aware UTC datetime."""
+    return datetime.datetime.now(UTC)
+
+
+__all__ = [
+    "ENDINGS",
+    "Claim",
+    "Progress",
+    "Renewal",
+    "RunState",
+    "SessionInfo",
+    "Steer",
+    "derive_state",
+]

@@ -1,0 +1,91 @@
+"""A run's data: ``Spec`` says what to run, ``Result`` what it produced, ``StopReason`` why it stopped.
+
+This module sits below the loop and the runner, so both (and errors and events) can name
+these classes without importing each other.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+
+import attrs
+
+from agentsessions.endpoint import Usage
+from agentsessions.messages import Message
+from agentsessions.runs import check_lease
+from agentsessions.session import Session
+from agentsessions.tools import Tool
+
+
+class Pattern(enum.StrEnum):
+    """How the agent works. ReAct: reason, call tools, read their results, repeat."""
+
+    REACT = "react"
+
+
+class StopReason(enum.StrEnum):
+    """Why a run stopped. A model's own reason (``"end_turn"``, ``"max_tokens"``...) is kept as it came."""
+
+    END_TURN = "end_turn"
+    MAX_TOKENS = "max_tokens"
+    MAX_STEPS = "max_steps"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+
+def _tools(value: Sequence[Tool]) -> tuple[Tool, ...]:
+    tools = tuple(value)
+    for tool in tools:
+        if not isinstance(tool, Tool):
+            raise TypeError(f"Spec.tools holds Tool objects (see @agentsessions.tool), got {type(tool).__name__}")
+    names = [t.name for t in tools]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"Spec.tools has two tools named {', '.join(duplicates)}")
+    return tools
+
+
+def _session(_: object, __: attrs.Attribute[Session | None], value: object) -> None:
+    if value is not None and not isinstance(value, Session):
+        raise TypeError(f"Spec.session must be a Session (agentsessions.open(id, store)) or None, got {value!r:.80}")
+
+
+@attrs.frozen
+class Spec:
+    """What to run: the pattern, its step limit, the session, the tools and the system prompt.
+
+    ``session`` is ``None`` by default, and then the run touches no store at all. ``lease``
+    is how long, in seconds, the run's hold on its session lasts without renewal; the
+    runner renews it at least every ``lease / 3`` while the run lives, so another replica
+    takes the session over only once this process has died or hung for that long.
+    """
+
+    pattern: Pattern = attrs.field(default=Pattern.REACT, converter=Pattern)
+    max_steps: int = attrs.field(default=8, validator=[attrs.validators.instance_of(int), attrs.validators.ge(1)])
+    session: Session | None = attrs.field(default=None, validator=_session)
+    tools: tuple[Tool, ...] = attrs.field(default=(), converter=_tools)
+    system: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
+    max_tokens: int = attrs.field(default=4096, validator=[attrs.validators.instance_of(int), attrs.validators.ge(1)])
+    lease: float = attrs.field(default=30.0, converter=check_lease)
+
+
+@attrs.frozen
+class Result:
+    """What a run produced.
+
+    ``messages`` is the whole transcript, ``text`` the final answer, ``steps`` how many
+    model requests were made. ``unapplied_steers`` are steers that reached ``Run.steer``
+    but were never carried by a saved transcript (with a session) or a request (without);
+    steers left in a session's store are not among them: they wait there for the next run.
+    """
+
+    messages: list[Message]
+    text: str
+    steps: int
+    stop_reason: str
+    unapplied_steers: list[str] = attrs.Factory(list)
+    usage: Usage = attrs.field(factory=Usage)
+
+
+__all__ = ["Pattern", "Result", "Spec", "StopReason"]
