@@ -49,8 +49,8 @@ class Store(Protocol):
         """The session's transcript, empty if it has none."""
         ...
 
-    def add_steer(self, session_id: str, text: str) -> None:
-        """Leave a steer for whichever run of this session asks next."""
+    def add_steer(self, session_id: str, text: str) -> object:
+        """Leave a steer for whichever run of this session asks next (what it returns is not used)."""
         ...
 
     def take_steers(self, session_id: str) -> list[str]:
@@ -69,7 +69,7 @@ class RunStore(Store, Protocol):
     the steer was stored.
     """
 
-    def add_steer(self, session_id: str, text: str) -> RunState:  # type: ignore[override]
+    def add_steer(self, session_id: str, text: str) -> RunState:
         """Leave a steer; the state then: ``RUNNING`` means the live run will take it."""
         ...
 
@@ -170,8 +170,8 @@ class StoreSession:
         the live run will take it; anything else means it waits for the next run (start
         one). ``None`` from a store that keeps no run records.
         """
-        state: RunState | None = self.store.add_steer(self.id, text)  # type: ignore[func-returns-value]
-        return state
+        state = self.store.add_steer(self.id, text)
+        return state if isinstance(state, RunState) else None
 
     def info(self) -> SessionInfo:
         """This session's record: length, last update, state, holder, lease, pending steers."""

@@ -38,9 +38,8 @@ def blocking(entered: threading.Event, release: threading.Event, reply: agent.Me
 def test_a_second_run_of_a_held_session_is_refused_on_the_callers_thread() -> None:
     store = MemoryStore()
     entered, release = threading.Event(), threading.Event()
-    first = agent.Runner(replica="replica-a").start(
-        agent.Spec(session=agent.open("s", store)), [USER], ScriptedEndpoint([blocking(entered, release, agent.Message.assistant("ok"))])
-    )
+    endpoint = ScriptedEndpoint([blocking(entered, release, agent.Message.assistant("ok"))])
+    first = agent.Runner(replica="replica-a").start(agent.Spec(session=agent.open("s", store)), [USER], endpoint)
     assert entered.wait(5)
     with pytest.raises(agent.SessionBusyError, match="replica-a") as refused:
         agent.Runner(replica="replica-b").run(agent.Spec(session=agent.open("s", store)), [USER], ScriptedEndpoint([]))

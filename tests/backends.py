@@ -1,0 +1,134 @@
+"""Scratch places on every persistent backend, and openers that a spawned process can call.
+
+Each ``scratch_*`` context manager makes a fresh schema, database or file with the store's
+tables, and yields a picklable zero-argument opener: ``opener()`` is a context manager
+yielding a store over that place, opened the way another replica would open it. Tests that
+run code in other processes (the kill tests) hand the opener to them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import secrets
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+import agentsessions as agent
+
+Opener = Callable[[], AbstractContextManager[Any]]
+
+
+@contextlib.contextmanager
+def open_sqlite(path: str) -> Iterator[agent.RunStore]:
+    from agentsessions.stores import sqlite
+
+    store = sqlite.open(path)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@contextlib.contextmanager
+def open_postgres(dsn: str, schema: str) -> Iterator[agent.RunStore]:
+    from psycopg_pool import ConnectionPool
+
+    from agentsessions.stores import postgres
+
+    options = {"options": f"-c search_path={schema}"}
+    with ConnectionPool(
+        dsn, kwargs=options, min_size=1, max_size=4, open=True, check=ConnectionPool.check_connection
+    ) as pool:
+        yield postgres.PostgresStore(pool)
+
+
+@contextlib.contextmanager
+def open_mysql(host: str, port: int, user: str, password: str, database: str) -> Iterator[agent.RunStore]:
+    import pymysql
+
+    from agentsessions.stores import mysql
+
+    connect = functools.partial(
+        pymysql.connect, host=host, port=port, user=user, password=password, database=database, read_timeout=30
+    )
+    yield mysql.MySQLStore(connect)
+
+
+@contextlib.contextmanager
+def open_mongodb(uri: str, database: str) -> Iterator[agent.RunStore]:
+    import pymongo
+
+    from agentsessions.stores import mongodb
+
+    client: pymongo.MongoClient[dict[str, Any]]
+    with pymongo.MongoClient(uri, serverSelectionTimeoutMS=5000) as client:
+        yield mongodb.MongoStore(client[database])
+
+
+@contextlib.contextmanager
+def scratch_sqlite(directory: Path) -> Iterator[Opener]:
+    yield functools.partial(open_sqlite, str(directory / "sessions.db"))
+
+
+@contextlib.contextmanager
+def scratch_postgres(dsn: str) -> Iterator[Opener]:
+    import psycopg
+
+    from agentsessions.stores import postgres
+
+    schema = f"agentsessions_crash_{secrets.token_hex(4)}"
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+        try:
+            with psycopg.connect(dsn, autocommit=True, options=f"-c search_path={schema}") as conn:
+                conn.execute(postgres.SCHEMA)
+            yield functools.partial(open_postgres, dsn, schema)
+        finally:
+            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@contextlib.contextmanager
+def scratch_mysql(host: str, port: int, user: str, password: str) -> Iterator[Opener]:
+    import pymysql
+
+    from agentsessions.stores import mysql
+
+    name = f"agentsessions_crash_{secrets.token_hex(4)}"
+    admin = pymysql.connect(host=host, port=port, user=user, password=password, autocommit=True, connect_timeout=5)
+    try:
+        with admin.cursor() as cur:
+            cur.execute(f"CREATE DATABASE {name}")
+            cur.execute(f"USE {name}")
+            for statement in mysql.SCHEMA:
+                cur.execute(statement)
+        yield functools.partial(open_mysql, host, port, user, password, name)
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {name}")
+        admin.close()
+
+
+@contextlib.contextmanager
+def scratch_mongodb(uri: str) -> Iterator[Opener]:
+    import pymongo
+
+    from agentsessions.stores import mongodb
+
+    with contextlib.ExitStack() as stack:
+        if not uri:
+            from secantus import SecantusDBServer
+
+            uri = stack.enter_context(SecantusDBServer(storage_path=":memory:")).uri
+        client: pymongo.MongoClient[dict[str, Any]] = stack.enter_context(
+            pymongo.MongoClient(uri, serverSelectionTimeoutMS=5000)
+        )
+        name = f"agentsessions_crash_{secrets.token_hex(4)}"
+        for collection, models in mongodb.INDEXES.items():
+            client[name][collection].create_indexes(models)
+        try:
+            yield functools.partial(open_mongodb, uri, name)
+        finally:
+            client.drop_database(name)

@@ -1,0 +1,425 @@
+"""Kill tests: real processes, a real SIGKILL at a random instant, then every steer accounted for.
+
+A *runner* process runs one conversation (a scripted model that answers after a few
+milliseconds, a tool whose side effect is a line in a file) over a real store, reporting
+each event to the test through a pipe. A *peer* process, another replica, adds steers
+while the runner works and resumes the conversation afterwards. The test kills the runner
+with SIGKILL a random number of events in, plus a random few milliseconds, so kills land
+inside taking steers, inside saves, between them, during model requests and tool calls.
+
+Afterwards, for each trial: the stored transcript is one the run could have saved; every
+steer the peer added is exactly once in the transcript or still pending; the session is
+``STALLED`` once its lease has run out; and the peer's resume completes with every steer
+exactly once in the final transcript. Processes come from a forkserver that has imported
+the library already, so a trial costs milliseconds of process start, not a new interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import random
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from multiprocessing.connection import Connection
+from typing import Any
+
+import attrs
+
+import agentsessions as agent
+from agentsessions.endpoints import ScriptedEndpoint
+
+Opener = Callable[[], AbstractContextManager[Any]]
+
+TOOL_ROUNDS = 4  # the scripted model calls the tool this many times, then answers
+LEASE = 0.6
+FIRST = "go"
+EVENT_SECONDS = 30.0  # a runner silent for this long is taken for stuck, and the trial fails
+
+
+def context() -> multiprocessing.context.ForkServerContext:
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["agentsessions", "agentsessions.endpoints", "crashes"])
+    return ctx
+
+
+# --- The conversation every process runs ------------------------------------------------
+
+
+def reply(request: agent.ModelRequest) -> agent.Message:
+    """The scripted model: a tool call per round until TOOL_ROUNDS, then an answer. Takes 1-4 ms."""
+    time.sleep(random.uniform(0.001, 0.004))  # the model's latency: a window for kills to land in
+    rounds = sum(1 for m in request.messages if m.role is agent.Role.ASSISTANT)
+    if rounds < TOOL_ROUNDS:
+        use = agent.Content.tool_use(f"call-{rounds}", "work", json.dumps({"n": rounds}))
+        return agent.Message(agent.Role.ASSISTANT, [use])
+    return agent.Message.assistant(f"done after {rounds} rounds")
+
+
+def spec(store: agent.RunStore, session_id: str, side_effects: str, lease: float = LEASE) -> agent.Spec:
+    @agent.tool
+    def work(n: int) -> str:
+        """Do round n of the work (its side effect: a line in a file)."""
+        with open(side_effects, "a") as out:
+            out.write(f"{session_id} {n}\n")
+        return f"did {n}"
+
+    return agent.Spec(tools=[work], session=agent.open(session_id, store), max_steps=4 * TOOL_ROUNDS, lease=lease)
+
+
+def check_shape(messages: Sequence[agent.Message]) -> list[str]:
+    """Check that ``messages`` is a transcript this conversation can have saved; return its steers."""
+    assert messages, "the transcript is empty"
+    assert messages[0].role is agent.Role.USER and messages[0].content[0].text == FIRST, messages[0]
+    steers: list[str] = []
+    expected_results: list[str] = []
+    rounds = 0
+    for index, message in enumerate(messages):
+        blocks = list(message.content)
+        if message.role is agent.Role.ASSISTANT:
+            assert not expected_results, f"message {index}: an answer before the tool results"
+            uses = [b for b in blocks if b.type is agent.ContentType.TOOL_USE]
+            expected = reply_for(rounds)
+            rounds += 1
+            assert message == expected or message.text.startswith("done after"), f"message {index}: {message}"
+            expected_results = [use.id for use in uses]
+            continue
+        if index > 0:
+            results = [b for b in blocks if b.type is agent.ContentType.TOOL_RESULT]
+            assert [r.tool_use_id for r in results] == expected_results, f"message {index}: wrong tool results"
+            blocks = [b for b in blocks if b.type is not agent.ContentType.TOOL_RESULT]
+        else:
+            blocks = blocks[1:]
+        expected_results = []
+        steers += [b.text for b in blocks]
+    return steers
+
+
+def reply_for(rounds: int) -> agent.Message:
+    if rounds < TOOL_ROUNDS:
+        use = agent.Content.tool_use(f"call-{rounds}", "work", json.dumps({"n": rounds}))
+        return agent.Message(agent.Role.ASSISTANT, [use])
+    return agent.Message.assistant(f"done after {rounds} rounds")
+
+
+# --- Processes --------------------------------------------------------------------------
+
+
+def runner_process(opener: Opener, session_id: str, replica: str, side_effects: str, events: Connection) -> None:
+    """Run the conversation, reporting every event's name; the test may kill this at any instant."""
+    with opener() as store:
+        try:
+            result = agent.Runner(replica=replica).run(
+                spec(store, session_id, side_effects),
+                [agent.Message.user(FIRST)],
+                ScriptedEndpoint([reply] * 64),
+                lambda event: events.send(type(event).__name__),
+            )
+        except agent.SessionBusyError:
+            events.send(("busy", ""))
+        except agent.RunError as error:
+            events.send(("failed", type(error.__cause__).__name__))
+        else:
+            events.send(("finished", result.stop_reason))
+
+
+def peer_process(opener: Opener, side_effects: str, commands: Connection) -> None:
+    """Another replica: adds steers and resumes conversations when told to, answering each command."""
+    with opener() as store:
+        while True:
+            command = commands.recv()
+            if command[0] == "stop":
+                return
+            if command[0] == "steer":
+                _, session_id, text = command
+                commands.send(("added", text, str(agent.open(session_id, store).steer(text))))
+            elif command[0] == "resume":
+                commands.send(resume(store, command[1], side_effects))
+
+
+def resume(store: agent.RunStore, session_id: str, side_effects: str) -> tuple[str, str]:
+    """Resume a conversation from what the store holds, as a replica that never ran it does."""
+    messages = store.messages(session_id)
+    if messages and messages[-1].role is agent.Role.ASSISTANT:
+        messages.append(agent.Message.user("continue"))
+    try:
+        result = agent.Runner(replica="resumer").run(
+            spec(store, session_id, side_effects), messages, ScriptedEndpoint([reply] * 64)
+        )
+    except agent.AgentSessionsError as error:
+        return ("error", repr(error))
+    return ("resumed", result.stop_reason)
+
+
+# --- Trials -----------------------------------------------------------------------------
+
+
+@attrs.define
+class Tally:
+    """What the kill trials of one backend saw."""
+
+    trials: int = 0
+    killed: int = 0
+    finished_first: int = 0
+    steers_added: int = 0
+    lost: int = 0
+    doubled: int = 0
+    resumed: int = 0
+    side_effects: int = 0
+    kill_points: Counter[str] = attrs.Factory(Counter)
+
+    def __str__(self) -> str:
+        points = ", ".join(f"{name} {count}" for name, count in sorted(self.kill_points.items()))
+        return (
+            f"{self.trials} trials ({self.killed} killed, {self.finished_first} finished first), "
+            f"{self.steers_added} steers added, {self.lost} lost, {self.doubled} doubled, "
+            f"{self.resumed} resumes completed, {self.side_effects} tool side effects; killed after: {points}"
+        )
+
+
+class Peer:
+    """The peer process and the pipe to it."""
+
+    def __init__(self, ctx: multiprocessing.context.ForkServerContext, opener: Opener, side_effects: str) -> None:
+        self.pipe, child = ctx.Pipe()
+        self.process = ctx.Process(target=peer_process, args=(opener, side_effects, child), daemon=True)
+        self.process.start()
+        self.waiting = 0
+
+    def steer(self, session_id: str, text: str) -> None:
+        self.pipe.send(("steer", session_id, text))
+        self.waiting += 1
+
+    def settle(self) -> list[tuple[str, str, str]]:
+        """Wait for every steer sent so far to be added; their (verb, text, state) answers."""
+        answers = []
+        for _ in range(self.waiting):
+            assert self.pipe.poll(EVENT_SECONDS), "the peer did not answer"
+            answers.append(self.pipe.recv())
+        self.waiting = 0
+        return answers
+
+    def resume(self, session_id: str) -> tuple[str, str]:
+        self.pipe.send(("resume", session_id))
+        assert self.pipe.poll(60), "the peer's resume did not finish"
+        answer: tuple[str, str] = self.pipe.recv()
+        return answer
+
+    def stop(self) -> None:
+        self.pipe.send(("stop",))
+        self.process.join(10)
+
+
+def kill_trials(opener: Opener, trials: int, seed: int, workdir: str) -> Tally:
+    """Run ``trials`` kill trials against the store ``opener`` opens; raise on the first broken promise."""
+    ctx = context()
+    side_effects = os.path.join(workdir, "side-effects.log")
+    tally = Tally()
+    peer = Peer(ctx, opener, side_effects)
+    try:
+        with opener() as store:
+            for trial in range(trials):
+                rng = random.Random(seed * 100_003 + trial)
+                try:
+                    one_trial(ctx, opener, store, peer, rng, trial, tally, side_effects)
+                except Exception as error:
+                    raise AssertionError(f"kill trial {trial} failed (seed {seed}: replay with that seed)") from error
+    finally:
+        peer.stop()
+    with open(side_effects) as lines:
+        tally.side_effects = sum(1 for _ in lines)
+    return tally
+
+
+def one_trial(
+    ctx: multiprocessing.context.ForkServerContext,
+    opener: Opener,
+    store: agent.RunStore,
+    peer: Peer,
+    rng: random.Random,
+    trial: int,
+    tally: Tally,
+    side_effects: str,
+) -> None:
+    session_id = f"kill-{os.getpid()}-{rng.getrandbits(32):08x}-{trial}"
+    steers = [f"steer {trial}.{k}" for k in range(rng.randint(2, 5))]
+    kill_after = rng.randint(1, 40)
+    steer_at = sorted(rng.sample(range(1, 40), len(steers) - 1))
+    peer.steer(session_id, steers[0])  # one waits before the run starts
+    peer.settle()
+    events, child_end = ctx.Pipe(duplex=False)
+    runner = ctx.Process(target=runner_process, args=(opener, session_id, "doomed", side_effects, child_end))
+    runner.start()
+    child_end.close()
+    seen, last, ended = 0, "", False
+    while True:
+        assert events.poll(EVENT_SECONDS), f"the runner sent nothing for {EVENT_SECONDS} s after {last!r}"
+        event = events.recv()
+        if isinstance(event, tuple):
+            ended = True
+            assert event[0] == "finished", event
+            break
+        seen, last = seen + 1, event
+        for k, at in enumerate(steer_at, start=1):
+            if at == seen:
+                peer.steer(session_id, steers[k])
+        if seen == kill_after:
+            time.sleep(rng.uniform(0, 0.004))  # a random instant after the chosen event, not a wait for a state
+            os.kill(runner.pid or 0, signal.SIGKILL)
+            break
+    runner.join(10)
+    for k, at in enumerate(steer_at, start=1):  # steers planned for after the kill go in now
+        if at > seen:
+            peer.steer(session_id, steers[k])
+    peer.settle()
+    tally.trials += 1
+    tally.steers_added += len(steers)
+    if ended or runner.exitcode == 0:
+        tally.finished_first += 1
+    else:
+        assert runner.exitcode == -signal.SIGKILL, runner.exitcode
+        tally.killed += 1
+        tally.kill_points[last] += 1
+        wait_until(lambda: store.info(session_id).state is agent.RunState.STALLED, "the session to stall")
+    account(store, session_id, steers, tally)
+    verb, detail = peer.resume(session_id)
+    assert verb == "resumed", detail
+    tally.resumed += 1
+    final = [text for text in check_shape(store.messages(session_id)) if text != "continue"]
+    assert sorted(final) == sorted(steers), f"after the resume: {final} vs {steers}"
+    info = store.info(session_id)
+    assert (info.state, info.pending_steers) == (agent.RunState.FINISHED, 0), info
+
+
+def account(store: agent.RunStore, session_id: str, steers: list[str], tally: Tally) -> None:
+    """Every steer exactly once in the stored transcript or still pending; count what is not."""
+    saved = check_shape(store.messages(session_id)) if store.messages(session_id) else []
+    pending = [steer.text for steer in store.peek_steers(session_id)]
+    counts = Counter(saved + pending)
+    lost = [s for s in steers if counts[s] == 0]
+    doubled = [s for s in steers if counts[s] > 1]
+    tally.lost += len(lost)
+    tally.doubled += len(doubled)
+    assert not lost and not doubled, f"lost {lost}, doubled {doubled}; saved {saved}, pending {pending}"
+
+
+def wait_until(probe: Callable[[], bool], what: str, seconds: float = 20.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not probe():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+# --- Two processes, one session -----------------------------------------------------------
+
+
+def outcome(events: Connection) -> tuple[str, str]:
+    """Skip a runner's event names; return how it ended."""
+    while True:
+        assert events.poll(EVENT_SECONDS), "a runner sent nothing"
+        event = events.recv()
+        if isinstance(event, tuple):
+            return (str(event[0]), str(event[1]))
+
+
+def start_runner(
+    ctx: multiprocessing.context.ForkServerContext, opener: Opener, session_id: str, replica: str, side_effects: str
+) -> tuple[multiprocessing.process.BaseProcess, Connection]:
+    events, child_end = ctx.Pipe(duplex=False)
+    runner = ctx.Process(target=runner_process, args=(opener, session_id, replica, side_effects, child_end))
+    runner.start()
+    child_end.close()
+    return runner, events
+
+
+def same_session_trials(opener: Opener, trials: int, seed: int, workdir: str) -> Counter[str]:
+    """Two runners start one session at once; then one hangs past its lease and another takes over.
+
+    Returns how the runs ended, counted: at once, exactly one ran and the other was refused
+    with SessionBusyError; after a takeover, the hung run failed with ConflictError when it
+    woke. In every trial no steer is lost or doubled.
+    """
+    ctx = context()
+    side_effects = os.path.join(workdir, "side-effects.log")
+    seen: Counter[str] = Counter()
+    peer = Peer(ctx, opener, side_effects)
+    try:
+        with opener() as store:
+            for trial in range(trials):
+                rng = random.Random(seed * 100_003 + trial)
+                try:
+                    seen.update(at_once(ctx, opener, store, peer, rng, trial, side_effects))
+                    seen.update(takeover(ctx, opener, store, peer, rng, trial, side_effects))
+                except Exception as error:
+                    raise AssertionError(f"same-session trial {trial} failed (seed {seed})") from error
+    finally:
+        peer.stop()
+    return seen
+
+
+def at_once(
+    ctx: multiprocessing.context.ForkServerContext,
+    opener: Opener,
+    store: agent.RunStore,
+    peer: Peer,
+    rng: random.Random,
+    trial: int,
+    side_effects: str,
+) -> list[str]:
+    session_id = f"twice-{os.getpid()}-{rng.getrandbits(32):08x}-{trial}"
+    steers = [f"steer {trial}.{k}" for k in range(3)]
+    runners = [start_runner(ctx, opener, session_id, name, side_effects) for name in ("first", "second")]
+    for text in steers:
+        peer.steer(session_id, text)
+    ends = sorted(outcome(events) for _, events in runners)
+    for runner, _ in runners:
+        runner.join(10)
+    peer.settle()
+    assert ends == [("busy", ""), ("finished", "end_turn")], ends
+    account(store, session_id, steers, Tally())
+    return [f"at once: {ends[0][0]} + {ends[1][0]}"]
+
+
+def takeover(
+    ctx: multiprocessing.context.ForkServerContext,
+    opener: Opener,
+    store: agent.RunStore,
+    peer: Peer,
+    rng: random.Random,
+    trial: int,
+    side_effects: str,
+) -> list[str]:
+    session_id = f"takeover-{os.getpid()}-{rng.getrandbits(32):08x}-{trial}"
+    steers = [f"steer {trial}.{k}" for k in range(3)]
+    hung, hung_events = start_runner(ctx, opener, session_id, "hung", side_effects)
+    stop_at = rng.randint(1, TOOL_ROUNDS)
+    requests = 0
+    while requests < stop_at:  # hang it inside a model request, where it holds no database lock
+        assert hung_events.poll(EVENT_SECONDS)
+        event = hung_events.recv()
+        assert not isinstance(event, tuple), event
+        requests += event == "ModelRequested"
+    os.kill(hung.pid or 0, signal.SIGSTOP)
+    try:
+        peer.steer(session_id, steers[0])
+        peer.settle()
+        wait_until(lambda: store.info(session_id).state is agent.RunState.STALLED, "the hung run's lease to lapse")
+        taker, taker_events = start_runner(ctx, opener, session_id, "taker", side_effects)
+        peer.steer(session_id, steers[1])
+        took = outcome(taker_events)
+        taker.join(10)
+    finally:
+        os.kill(hung.pid or 0, signal.SIGCONT)
+    peer.steer(session_id, steers[2])
+    woke = outcome(hung_events)
+    hung.join(10)
+    peer.settle()
+    assert took == ("finished", "end_turn"), took
+    assert woke == ("failed", "ConflictError"), woke
+    assert store.info(session_id).holder == "taker"
+    account(store, session_id, steers, Tally())
+    return [f"takeover: taker {took[0]}, hung run {woke[0]} with {woke[1]}"]

@@ -1,0 +1,53 @@
+"""Kill tests on every persistent backend (see crashes.py for what a trial does and checks).
+
+CI runs a few trials per backend (``AGENTSESSIONS_CRASH_TRIALS``, default 4); the full
+count is ``AGENTSESSIONS_CRASH_TRIALS=100 python -m pytest tests/test_crashes.py -s``.
+``AGENTSESSIONS_CRASH_SEED`` replays a failing run: every failure names its seed and trial.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from backends import Opener, scratch_mongodb, scratch_mysql, scratch_postgres, scratch_sqlite
+from conftest import MONGODB_URI, MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, POSTGRES_DSN, require_server
+from crashes import kill_trials, same_session_trials
+
+TRIALS = int(os.environ.get("AGENTSESSIONS_CRASH_TRIALS", "4"))
+SEED = int(os.environ.get("AGENTSESSIONS_CRASH_SEED", str(random.randrange(10**6))))
+
+BACKENDS = {
+    "sqlite": ("SQLite", None),
+    "postgres": ("PostgreSQL", lambda: scratch_postgres(POSTGRES_DSN)),
+    "mysql": ("MariaDB", lambda: scratch_mysql(MYSQL_HOST, MYSQL_PORT, MYSQL_USER, MYSQL_PASSWORD)),
+    "mongodb": ("MongoDB", lambda: scratch_mongodb(MONGODB_URI)),
+}
+
+
+@pytest.fixture(params=list(BACKENDS))
+def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
+    name, scratch = BACKENDS[request.param]
+    with contextlib.ExitStack() as stack:
+        if scratch is None:
+            yield stack.enter_context(scratch_sqlite(tmp_path))
+        else:
+            yield require_server(name, lambda: stack.enter_context(scratch()))
+
+
+def test_a_killed_run_loses_no_steer_and_is_resumed_by_another_process(opener: Opener, tmp_path: Path) -> None:
+    print(f"\nseed {SEED}")
+    tally = kill_trials(opener, TRIALS, SEED, str(tmp_path))
+    print(tally)
+    assert (tally.trials, tally.resumed, tally.lost, tally.doubled) == (TRIALS, TRIALS, 0, 0)
+
+
+def test_one_session_is_run_by_one_process_at_a_time(opener: Opener, tmp_path: Path) -> None:
+    print(f"\nseed {SEED}")
+    seen = same_session_trials(opener, max(1, TRIALS // 2), SEED, str(tmp_path))
+    print(dict(seen))
+    assert sum(seen.values()) == 2 * max(1, TRIALS // 2)
