@@ -78,10 +78,11 @@ class ReactLoop:
         if emit:
             emit(ev.StepStarted(step))
         self.collect_steers()
-        self.save()
-        if self.cancelled():  # the save may have brought a cancel from another replica
-            self.stop_reason = StopReason.CANCELLED
-            return
+        if self.hold is not None or self.spec.session is not None:
+            self.save()
+            if self.hold is not None and self.hold.cancel_requested:  # the save brought a cancel from elsewhere
+                self.stop_reason = StopReason.CANCELLED
+                return
         request = ModelRequest(
             self.spec.system,
             tuple(self.transcript),
@@ -105,9 +106,10 @@ class ReactLoop:
     def call_tools(self, uses: list[Content]) -> list[Content]:
         """Run the step's tool calls in order; once the run is cancelled, the rest get error results."""
         results = []
+        hold = self.hold
         for use in uses:
-            if self.hold is not None and not self.cancelled():
-                self.hold.check()  # a tool may have side effects: run it only while we hold the session
+            if hold is not None and not self.cancelled():
+                hold.check()  # a tool may have side effects: run it only while we hold the session
             if self.cancelled():
                 self.stop_reason = StopReason.CANCELLED
                 results.append(Content.tool_result(use.id, CANCELLED_TOOL, is_error=True))
@@ -131,7 +133,8 @@ class ReactLoop:
     def collect_steers(self) -> None:
         """Put waiting steers (the run's box, then the session's) where the run has got to."""
         box = self.take_box()
-        self.unsaved_box += box
+        if box and (self.hold is not None or self.spec.session is not None):
+            self.unsaved_box += box  # without a session, the request itself carries them
         texts = [("run", text) for text in box]
         if self.hold is not None:
             texts += [("session", text) for text in self.hold.take_steers()]
@@ -167,7 +170,8 @@ class ReactLoop:
         cancelled or has no step left for them: then they wait in the store for the next run.
         """
         if self.hold is None:
-            self.save()
+            if self.spec.session is not None:
+                self.save()
             return []
         if self.stop_reason == StopReason.CANCELLED:
             end, room = RunState.CANCELLED, False
@@ -178,9 +182,9 @@ class ReactLoop:
         return late
 
     def saved(self) -> None:
-        if self.unsaved_box:
-            self.unsaved_box = []
-        if self.emit and (self.hold is not None or self.spec.session is not None):
+        """Note a save: the box's steers are carried by it."""
+        self.unsaved_box = []
+        if self.emit:
             self.emit(ev.TranscriptSaved(self.steps, len(self.transcript)))
 
     def final_text(self) -> str:
