@@ -24,6 +24,10 @@ from agentsessions.tools import call
 EventSink = Callable[[ev.Event], object]
 
 CANCELLED_TOOL = "the run was cancelled before this tool call ran"
+IN_DOUBT = (
+    "this tool call was started but its result was never recorded: the run stopped while the call "
+    "was in progress, so it may or may not have taken effect, and its result is lost"
+)
 
 
 class ReactLoop:
@@ -56,6 +60,7 @@ class ReactLoop:
 
     def run(self) -> None:
         """Step until the model answers, ``max_steps`` is spent, or the run is cancelled; then save."""
+        self.finish_pending_calls()
         while True:
             while not self.stop_reason:
                 if self.cancelled():
@@ -101,21 +106,72 @@ class ReactLoop:
         if not uses:
             self.stop_reason = response.stop_reason or "end_turn"
             return
-        self.transcript.append(Message(Role.USER, self.call_tools(uses)))
+        if self.spec.journal:
+            self.save()  # the calls, as soon as they arrive
+        self.call_tools(uses, [])
 
-    def call_tools(self, uses: list[Content]) -> list[Content]:
-        """Run the step's tool calls in order; once the run is cancelled, the rest get error results."""
-        results = []
-        hold = self.hold
+    def call_tools(self, uses: list[Content], results: list[Content]) -> None:
+        """Run tool calls in order, their results joining ``results`` in the user message after the calls.
+
+        Once the run is cancelled, the rest get error results. With the journal, each call
+        is saved as started (its result standing in doubt) before it runs, and its result
+        right after: a crash in between leaves the in-doubt result, so it never runs twice.
+        """
+        hold, journal = self.hold, self.spec.journal
         for use in uses:
             if hold is not None and not self.cancelled():
                 hold.check()  # a tool may have side effects: run it only while we hold the session
             if self.cancelled():
                 self.stop_reason = StopReason.CANCELLED
                 results.append(Content.tool_result(use.id, CANCELLED_TOOL, is_error=True))
-            else:
-                results.append(self.call_tool(use))
-        return results
+                continue
+            if journal:
+                self.put_results([*results, Content.tool_result(use.id, IN_DOUBT, is_error=True)])
+                self.save()
+            results.append(self.call_tool(use))
+            if journal:
+                self.put_results(results)
+                self.save()
+        self.put_results(results)
+
+    def put_results(self, results: list[Content]) -> None:
+        """Make ``results`` the tool results of the user message after the last calls, before its other text."""
+        last = self.transcript[-1]
+        if last.role is Role.USER:
+            others = tuple(c for c in last.content if c.type is not ContentType.TOOL_RESULT)
+            self.transcript[-1] = Message(Role.USER, (*results, *others))
+        else:
+            self.transcript.append(Message(Role.USER, results))
+
+    def finish_pending_calls(self) -> None:
+        """A transcript that ends in tool calls without results: run those calls first, in order.
+
+        A call whose result is the journal's in-doubt mark runs again only if its tool is
+        idempotent; any other keeps the mark, telling the model its result was lost.
+        """
+        uses, results = self.pending_calls()
+        if not uses:
+            return
+        redo = {
+            r.tool_use_id
+            for r in results
+            if r.is_error and r.text == IN_DOUBT and getattr(self.tools.get(_name(uses, r)), "idempotent", False)
+        }
+        kept = [r for r in results if r.tool_use_id not in redo]
+        answered = {r.tool_use_id for r in kept}
+        missing = [use for use in uses if use.id not in answered]
+        if missing:
+            self.call_tools(missing, kept)
+
+    def pending_calls(self) -> tuple[list[Content], list[Content]]:
+        """The last assistant message's tool calls and the results after them, if it is the end of the transcript."""
+        transcript = self.transcript
+        if transcript and transcript[-1].role is Role.ASSISTANT:
+            return list(transcript[-1].tool_uses), []
+        if len(transcript) >= 2 and transcript[-2].role is Role.ASSISTANT:
+            results = [c for c in transcript[-1].content if c.type is ContentType.TOOL_RESULT]
+            return list(transcript[-2].tool_uses), results
+        return [], []
 
     def call_tool(self, use: Content) -> Content:
         """Run one tool call, reporting it to the event sink."""
@@ -193,3 +249,8 @@ class ReactLoop:
             if message.role is Role.ASSISTANT:
                 return message.text
         return ""
+
+
+def _name(uses: list[Content], result: Content) -> str:
+    """The tool name of the call ``result`` answers."""
+    return next((use.name for use in uses if use.id == result.tool_use_id), "")

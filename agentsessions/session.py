@@ -24,6 +24,17 @@ def check_session_id(session_id: object) -> str:
     return session_id
 
 
+def check_fork_at(at: object, length: int) -> int:
+    """``at`` for a fork of a session of ``length`` messages: ``None`` means all; else ``0..length``."""
+    if at is None:
+        return length
+    if isinstance(at, bool) or not isinstance(at, int):
+        raise TypeError(f"at must be an int or None, got {type(at).__name__}: {at!r:.80}")
+    if not 0 <= at <= length:
+        raise ValueError(f"at must be between 0 and the session's length {length}, got {at}")
+    return at
+
+
 def check_steer(text: object) -> str:
     """Return ``text`` if it is a str, else raise ``TypeError``."""
     if not isinstance(text, str):
@@ -89,6 +100,14 @@ class RunStore(Store, Protocol):
 
     def cancel(self, session_id: str) -> bool:
         """Ask the run holding the session to stop; ``False`` when no live run holds it."""
+        ...
+
+    def fork(self, session_id: str, new_id: str, *, at: int | None = None) -> None:
+        """Copy the first ``at`` messages (all when ``None``) into a new session, ``IDLE``, no steers; one step.
+
+        Raises :class:`ConflictError` if ``new_id`` exists, and ``ValueError`` if ``at`` is
+        outside ``0..length`` (no slice semantics: ``-1`` is an error, not "all but one").
+        """
         ...
 
     def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
@@ -184,6 +203,16 @@ class StoreSession:
     def cancel(self) -> bool:
         """Ask the run holding this session to stop; ``False`` when no live run holds it."""
         return self._runs().cancel(self.id)
+
+    def fork(self, new_id: str, *, at: int | None = None) -> StoreSession:
+        """A new session holding this one's first ``at`` messages (all when ``None``), ``IDLE``, no steers.
+
+        Raises :class:`ConflictError` if ``new_id`` exists and ``ValueError`` for an ``at``
+        outside ``0..length``. Resuming at a message is a fork at it, then a run.
+        """
+        check_session_id(new_id)
+        self._runs().fork(self.id, new_id, at=at)
+        return StoreSession(new_id, self.store)
 
     def _runs(self) -> RunStore:
         if not isinstance(self.store, RunStore):

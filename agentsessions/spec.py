@@ -59,6 +59,11 @@ class Spec:
     is how long, in seconds, the run's hold on its session lasts without renewal; the
     runner renews it at least every ``lease / 3`` while the run lives, so another replica
     takes the session over only once this process has died or hung for that long.
+
+    ``journal=True`` also saves the model's tool calls as soon as they arrive, records each
+    call as started right before it runs and its result right after (a small write each),
+    so a run that dies mid-step never runs a finished call again, and never runs a call
+    that may have run twice unless its tool is ``idempotent``.
     """
 
     pattern: Pattern = attrs.field(default=Pattern.REACT, converter=Pattern)
@@ -68,6 +73,7 @@ class Spec:
     system: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
     max_tokens: int = attrs.field(default=4096, validator=[attrs.validators.instance_of(int), attrs.validators.ge(1)])
     lease: float = attrs.field(default=30.0, converter=check_lease)
+    journal: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
 
 
 @attrs.frozen

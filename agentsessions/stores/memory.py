@@ -13,6 +13,7 @@ from collections.abc import Collection, Iterator, Sequence
 
 import attrs
 
+from agentsessions.errors import ConflictError
 from agentsessions.messages import Message, check_transcript, transcript_list
 from agentsessions.runs import (
     Claim,
@@ -29,7 +30,7 @@ from agentsessions.runs import (
     superseded,
     utcnow,
 )
-from agentsessions.session import check_session_id, check_steer
+from agentsessions.session import check_fork_at, check_session_id, check_steer
 
 __all__ = ["MemoryStore"]
 
@@ -173,6 +174,15 @@ class MemoryStore:
                 return False
             entry.cancel_requested = True
             return True
+
+    def fork(self, session_id: str, new_id: str, *, at: int | None = None) -> None:
+        """Copy the first ``at`` messages into a new, idle session with no steers."""
+        check_session_id(new_id)
+        source = self._sessions.get(check_session_id(session_id))
+        messages = source.messages if source is not None else ()  # a tuple: the snapshot is free
+        fork = _Entry(messages=messages[: check_fork_at(at, len(messages))], updated_at=utcnow())
+        if self._sessions.setdefault(new_id, fork) is not fork:  # atomic: the new id is taken or it is ours
+            raise ConflictError(f"cannot fork into session {new_id!r:.80}: it exists")
 
     # --- Holding a run ---------------------------------------------------------------------
 
