@@ -102,14 +102,6 @@ class RunStore(Store, Protocol):
         """Ask the run holding the session to stop; ``False`` when no live run holds it."""
         ...
 
-    def fork(self, session_id: str, new_id: str, *, at: int | None = None) -> None:
-        """Copy the first ``at`` messages (all when ``None``) into a new session, ``IDLE``, no steers; one step.
-
-        Raises :class:`ConflictError` if ``new_id`` exists, and ``ValueError`` if ``at`` is
-        outside ``0..length`` (no slice semantics: ``-1`` is an error, not "all but one").
-        """
-        ...
-
     def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
         """Hold the session for a run; raises :class:`SessionBusyError` while another lease is live."""
         ...
@@ -139,6 +131,19 @@ class RunStore(Store, Protocol):
 
     def renew(self, claims: Sequence[Claim]) -> Renewal:
         """Extend the leases of ``claims`` by their own length, in one write for them all."""
+        ...
+
+
+@runtime_checkable
+class ForkStore(Protocol):
+    """A store that can fork a session: a capability of its own, beside :class:`RunStore`."""
+
+    def fork(self, session_id: str, new_id: str, *, at: int | None = None) -> None:
+        """Copy the first ``at`` messages (all when ``None``) into a new session, ``IDLE``, no steers; one step.
+
+        Raises :class:`ConflictError` if ``new_id`` exists, and ``ValueError`` if ``at`` is
+        outside ``0..length`` (no slice semantics: ``-1`` is an error, not "all but one").
+        """
         ...
 
 
@@ -211,7 +216,9 @@ class StoreSession:
         outside ``0..length``. Resuming at a message is a fork at it, then a run.
         """
         check_session_id(new_id)
-        self._runs().fork(self.id, new_id, at=at)
+        if not isinstance(self.store, ForkStore):
+            raise TypeError(f"{type(self.store).__name__} cannot fork sessions (it has no fork method)")
+        self.store.fork(self.id, new_id, at=at)
         return StoreSession(new_id, self.store)
 
     def _runs(self) -> RunStore:
