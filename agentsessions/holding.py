@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Sequence
 from typing import ClassVar
 
-from agentsessions.errors import StoreError
+from agentsessions.errors import ConflictError, StoreError
 from agentsessions.messages import Message
 from agentsessions.runs import Claim, RunState, Steer, superseded
 from agentsessions.session import RunStore
@@ -84,6 +84,8 @@ class Hold:
         """After a failure: save what the run has and release it as ``FAILED``, if the store lets us."""
         try:
             self.release(messages, RunState.FAILED, unless_steered=False)
+        except ConflictError:
+            return False  # superseded: the run that took over owns the session now
         except StoreError as error:
             log.warning("could not release session %r after the run failed: %s", self.claim.session_id, error)
             return False

@@ -24,7 +24,7 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, suppress
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -32,6 +32,7 @@ import attrs
 
 import agentsessions as agent
 from agentsessions.endpoints import ScriptedEndpoint
+from agentsessions.loop import IN_DOUBT
 
 Opener = Callable[[], AbstractContextManager[Any]]
 
@@ -60,7 +61,7 @@ def reply(request: agent.ModelRequest) -> agent.Message:
     return agent.Message.assistant(f"done after {rounds} rounds")
 
 
-def spec(store: agent.RunStore, session_id: str, side_effects: str, lease: float = LEASE) -> agent.Spec:
+def spec(store: agent.RunStore, session_id: str, side_effects: str, *, journal: bool = False) -> agent.Spec:
     @agent.tool
     def work(n: int) -> str:
         """Do round n of the work (its side effect: a line in a file)."""
@@ -68,7 +69,8 @@ def spec(store: agent.RunStore, session_id: str, side_effects: str, lease: float
             out.write(f"{session_id} {n}\n")
         return f"did {n}"
 
-    return agent.Spec(tools=[work], session=agent.open(session_id, store), max_steps=4 * TOOL_ROUNDS, lease=lease)
+    session = agent.open(session_id, store)
+    return agent.Spec(tools=[work], session=session, max_steps=4 * TOOL_ROUNDS, lease=LEASE, journal=journal)
 
 
 def check_shape(messages: Sequence[agent.Message]) -> list[str]:
@@ -109,14 +111,40 @@ def reply_for(rounds: int) -> agent.Message:
 # --- Processes --------------------------------------------------------------------------
 
 
-def runner_process(opener: Opener, session_id: str, replica: str, side_effects: str, events: Connection) -> None:
-    """Run the conversation, reporting every event's name; the test may kill this at any instant."""
+def runner_process(
+    opener: Opener,
+    session_id: str,
+    replica: str,
+    side_effects: str,
+    events: Connection,
+    journal: bool = False,
+    go: Any = None,
+    answer_when: Any = None,
+) -> None:
+    """Run the conversation (or resume it, when the store has it), reporting every event's name.
+
+    With ``go`` (an Event), start fresh when it is set, as one of several processes at once;
+    with ``answer_when`` (an Event), the model answers only once it is set. The test may
+    kill this at any instant.
+    """
+
+    def answer(request: agent.ModelRequest) -> agent.Message:
+        if answer_when is not None:
+            answer_when.wait(EVENT_SECONDS)
+        return reply(request)
+
     with opener() as store:
+        messages = store.messages(session_id) if go is None else []
+        messages = messages or [agent.Message.user(FIRST)]
+        if messages[-1].role is agent.Role.ASSISTANT and not messages[-1].tool_uses:
+            messages.append(agent.Message.user("continue"))
+        if go is not None:
+            go.wait(EVENT_SECONDS)
         try:
             result = agent.Runner(replica=replica).run(
-                spec(store, session_id, side_effects),
-                [agent.Message.user(FIRST)],
-                ScriptedEndpoint([reply] * 64),
+                spec(store, session_id, side_effects, journal=journal),
+                messages,
+                ScriptedEndpoint([answer] * 64),
                 lambda event: events.send(type(event).__name__),
             )
         except agent.SessionBusyError:
@@ -269,9 +297,11 @@ def one_trial(
                 peer.steer(session_id, steers[k])
         if seen == kill_after:
             time.sleep(rng.uniform(0, 0.004))  # a random instant after the chosen event, not a wait for a state
-            os.kill(runner.pid or 0, signal.SIGKILL)
+            kill(runner)
             break
     runner.join(10)
+    if not ended and runner.exitcode == 0:  # it finished just before the kill
+        ended = outcome(events) == ("finished", "end_turn")
     for k, at in enumerate(steer_at, start=1):  # steers planned for after the kill go in now
         if at > seen:
             peer.steer(session_id, steers[k])
@@ -307,6 +337,13 @@ def account(store: agent.RunStore, session_id: str, steers: list[str], tally: Ta
     assert not lost and not doubled, f"lost {lost}, doubled {doubled}; saved {saved}, pending {pending}"
 
 
+def kill(process: multiprocessing.process.BaseProcess) -> None:
+    """SIGKILL ``process``; one that has just exited by itself is left as it is (its exit code tells)."""
+    with suppress(ProcessLookupError):
+        os.kill(process.pid or 0, signal.SIGKILL)
+    process.join(10)
+
+
 def wait_until(probe: Callable[[], bool], what: str, seconds: float = 20.0) -> None:
     deadline = time.monotonic() + seconds
     while not probe():
@@ -327,10 +364,18 @@ def outcome(events: Connection) -> tuple[str, str]:
 
 
 def start_runner(
-    ctx: multiprocessing.context.ForkServerContext, opener: Opener, session_id: str, replica: str, side_effects: str
+    ctx: multiprocessing.context.ForkServerContext,
+    opener: Opener,
+    session_id: str,
+    replica: str,
+    side_effects: str,
+    journal: bool = False,
+    go: Any = None,
+    answer_when: Any = None,
 ) -> tuple[multiprocessing.process.BaseProcess, Connection]:
     events, child_end = ctx.Pipe(duplex=False)
-    runner = ctx.Process(target=runner_process, args=(opener, session_id, replica, side_effects, child_end))
+    args = (opener, session_id, replica, side_effects, child_end, journal, go, answer_when)
+    runner = ctx.Process(target=runner_process, args=args)
     runner.start()
     child_end.close()
     return runner, events
@@ -372,10 +417,29 @@ def at_once(
 ) -> list[str]:
     session_id = f"twice-{os.getpid()}-{rng.getrandbits(32):08x}-{trial}"
     steers = [f"steer {trial}.{k}" for k in range(3)]
-    runners = [start_runner(ctx, opener, session_id, name, side_effects) for name in ("first", "second")]
+    go, answer = ctx.Event(), ctx.Event()
+    runners = [
+        start_runner(ctx, opener, session_id, name, side_effects, go=go, answer_when=answer)
+        for name in ("first", "second")
+    ]
+    go.set()  # both claim at the same instant
     for text in steers:
         peer.steer(session_id, text)
-    ends = sorted(outcome(events) for _, events in runners)
+    # The model answers the winner only once the other run has ended, so the runs overlap
+    # however the two processes are scheduled, and the loser must have been refused.
+    pipes = [events for _, events in runners]
+    ends: list[tuple[str, str]] = []
+    deadline = time.monotonic() + EVENT_SECONDS
+    while not ends:
+        assert time.monotonic() < deadline, "neither runner ended"
+        ready = [pipe for pipe in pipes if pipe.poll(0.01)]
+        for pipe in ready:
+            event = pipe.recv()
+            if isinstance(event, tuple):
+                ends.append((str(event[0]), str(event[1])))
+                pipes.remove(pipe)
+    answer.set()
+    ends = sorted([*ends, outcome(pipes[0])])
     for runner, _ in runners:
         runner.join(10)
     peer.settle()
@@ -423,3 +487,90 @@ def takeover(
     assert store.info(session_id).holder == "taker"
     account(store, session_id, steers, Tally())
     return [f"takeover: taker {took[0]}, hung run {woke[0]} with {woke[1]}"]
+
+
+# --- The tool journal across crashes ------------------------------------------------------
+
+
+@attrs.define
+class JournalTally:
+    """What the journal's kill trials saw, per backend."""
+
+    conversations: int = 0
+    kills: int = 0
+    resumes_completed: int = 0
+    side_effects: int = 0
+    performed_twice: int = 0
+    in_doubt: int = 0
+
+    def __str__(self) -> str:
+        return (
+            f"{self.conversations} conversations, {self.kills} kills, {self.resumes_completed} resumes completed, "
+            f"{self.side_effects} side effects, {self.performed_twice} performed twice, "
+            f"{self.in_doubt} in-doubt results given"
+        )
+
+
+def journal_trials(opener: Opener, trials: int, seed: int, workdir: str) -> JournalTally:
+    """Conversations with ``journal=True`` killed at random instants and resumed in another process, again
+    and again, until a resume finishes; then count each tool call's side effects."""
+    ctx = context()
+    side_effects = os.path.join(workdir, "journal-side-effects.log")
+    open(side_effects, "a").close()
+    tally = JournalTally()
+    with opener() as store:
+        for trial in range(trials):
+            rng = random.Random(seed * 100_003 + trial)
+            session_id = f"journal-{os.getpid()}-{rng.getrandbits(32):08x}-{trial}"
+            try:
+                journal_conversation(ctx, opener, store, rng, session_id, side_effects, tally)
+            except Exception as error:
+                raise AssertionError(f"journal trial {trial} failed (seed {seed})") from error
+    with open(side_effects) as lines:
+        effects = Counter(line.strip() for line in lines)
+    tally.side_effects = sum(effects.values())
+    tally.performed_twice = sum(1 for count in effects.values() if count > 1)
+    return tally
+
+
+def journal_conversation(
+    ctx: multiprocessing.context.ForkServerContext,
+    opener: Opener,
+    store: agent.RunStore,
+    rng: random.Random,
+    session_id: str,
+    side_effects: str,
+    tally: JournalTally,
+) -> None:
+    tally.conversations += 1
+    for attempt in range(50):
+        runner, events = start_runner(ctx, opener, session_id, f"attempt-{attempt}", side_effects, journal=True)
+        kill_after = rng.randint(1, 30) if rng.random() < 0.7 else 10**6
+        seen, ended = 0, None
+        while ended is None:
+            assert events.poll(EVENT_SECONDS), "a runner sent nothing"
+            event = events.recv()
+            if isinstance(event, tuple):
+                ended = event
+            else:
+                seen += 1
+                if seen == kill_after:
+                    time.sleep(rng.uniform(0, 0.004))  # a random instant after the chosen event
+                    kill(runner)
+                    break
+        runner.join(10)
+        if ended is None and runner.exitcode == 0:  # it finished just before the kill
+            ended = outcome(events)
+        if ended is not None:
+            assert ended == ("finished", "end_turn"), ended
+            break
+        tally.kills += 1
+        wait_until(lambda: store.info(session_id).state is agent.RunState.STALLED, "the killed run's lease to lapse")
+    else:
+        raise AssertionError("no resume finished in 50 attempts")
+    tally.resumes_completed += 1
+    messages = store.messages(session_id)
+    check_shape(messages)
+    tally.in_doubt += sum(
+        1 for m in messages for c in m.content if c.type is agent.ContentType.TOOL_RESULT and c.text == IN_DOUBT
+    )

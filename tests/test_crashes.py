@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from backends import Opener, scratch_mongodb, scratch_mysql, scratch_postgres, scratch_sqlite
 from conftest import MONGODB_URI, MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, POSTGRES_DSN, require_server
-from crashes import kill_trials, same_session_trials
+from crashes import journal_trials, kill_trials, same_session_trials
 
 TRIALS = int(os.environ.get("AGENTSESSIONS_CRASH_TRIALS", "4"))
 SEED = int(os.environ.get("AGENTSESSIONS_CRASH_SEED", str(random.randrange(10**6))))
@@ -51,3 +51,10 @@ def test_one_session_is_run_by_one_process_at_a_time(opener: Opener, tmp_path: P
     seen = same_session_trials(opener, max(1, TRIALS // 2), SEED, str(tmp_path))
     print(dict(seen))
     assert sum(seen.values()) == 2 * max(1, TRIALS // 2)
+
+
+def test_with_the_journal_no_finished_tool_runs_twice_across_kills(opener: Opener, tmp_path: Path) -> None:
+    print(f"\nseed {SEED}")
+    tally = journal_trials(opener, TRIALS, SEED, str(tmp_path))
+    print(tally)
+    assert (tally.conversations, tally.resumes_completed, tally.performed_twice) == (TRIALS, TRIALS, 0)
