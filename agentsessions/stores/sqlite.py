@@ -1,37 +1,76 @@
 """A store in one SQLite file (stdlib ``sqlite3``), shared by threads and by processes.
 
-It creates its tables on open: one file has nothing to coordinate a migration with.
-WAL lets readers run beside the one writer; the busy timeout makes writers from other
-threads and processes wait their turn instead of failing.
+It creates its tables on open: one file has nothing to coordinate a migration with. A
+file made by an older version, whose session table has no run columns, is refused with
+a :class:`~agentsessions.errors.StoreError` rather than migrated: its ``updated_at`` is
+``NOT NULL`` seconds, and SQLite can change neither a column's type nor its nullability
+in place. WAL lets readers run beside the one writer; the busy timeout makes writers
+from other threads and processes wait their turn instead of failing. Every step of more
+than one statement is one ``BEGIN IMMEDIATE`` transaction, which takes the write lock
+before it reads, so no step ever has to upgrade a read into a write and fail halfway.
+
+Clock: ``updated_at`` and leases come from this process's clock (``utcnow()``), kept as
+integer microseconds since the epoch. Processes that share a file share a machine, and
+so one clock.
 """
 
 from __future__ import annotations
 
+import datetime
 import os
 import sqlite3
 import threading
-import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 from agentsessions.codec import decode_text, encode_text, load_message
-from agentsessions.errors import StoreError
+from agentsessions.errors import ConflictError, StoreError
 from agentsessions.messages import Message
-from agentsessions.session import check_session_id, check_steer
-from agentsessions.stores._incremental import KnownSessions, new_revision, plan_save
+from agentsessions.runs import (
+    ENDINGS,
+    Claim,
+    Progress,
+    Renewal,
+    RunState,
+    SessionInfo,
+    Steer,
+    busy,
+    check_lease,
+    check_updated_before,
+    derive_state,
+    state_filter,
+    superseded,
+    utcnow,
+)
+from agentsessions.session import check_fork_at, check_session_id, check_steer
+from agentsessions.stores._incremental import KnownSessions, SavePlan, new_revision, plan_save
 
-# Ids and steers are BLOBs of their UTF-8 with surrogates passed through, so any str
-# round-trips and ids compare byte for byte. Message bodies are codec JSON text, in a
+__all__ = ["PAGE_SIZE", "SCHEMA", "SQLiteStore", "open"]
+
+# Ids, holders and steers are BLOBs of their UTF-8 with surrogates passed through, so any
+# str round-trips and ids compare byte for byte. Message bodies are codec JSON text, in a
 # rowid table with a separate key: WITHOUT ROWID would store kilobyte rows in half-empty
 # pages, doubling the file. Steers are small, so they sit in their key's own B-tree.
+# Times are INTEGER microseconds since the epoch: REAL seconds lose the microsecond.
+# updated_at is NULL until the first save (a steer or a claim can make the record first);
+# run_state is NULL until the first claim, and 'running' while held (STALLED is derived).
+# Tokens and steer numbers come from one counter row, which delete never resets.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS agentsessions_sessions (
-    id          BLOB    PRIMARY KEY,
-    revision    INTEGER NOT NULL,
-    length      INTEGER NOT NULL,
-    updated_at  REAL    NOT NULL
+    id                BLOB    PRIMARY KEY,
+    revision          INTEGER NOT NULL,
+    length            INTEGER NOT NULL,
+    updated_at        INTEGER,
+    run_state         TEXT,
+    token             INTEGER NOT NULL DEFAULT 0,
+    holder            BLOB,
+    lease             REAL    NOT NULL DEFAULT 0,
+    lease_expires_at  INTEGER,
+    cancel_requested  INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS agentsessions_sessions_by_update ON agentsessions_sessions (updated_at, id);
 CREATE TABLE IF NOT EXISTS agentsessions_messages (
     session_id  BLOB    NOT NULL,
     position    INTEGER NOT NULL,
@@ -44,8 +83,18 @@ CREATE TABLE IF NOT EXISTS agentsessions_steers (
     text        BLOB    NOT NULL,
     PRIMARY KEY (session_id, seq)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS agentsessions_counters (
+    one     INTEGER PRIMARY KEY CHECK (one = 1),
+    tokens  INTEGER NOT NULL,
+    steers  INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO agentsessions_counters (one, tokens, steers) VALUES (1, 0, 0);
 """
 
+PAGE_SIZE = 500
+"""How many sessions :meth:`SQLiteStore.sessions` fetches per query."""
+
+_COLUMNS = "SELECT name FROM pragma_table_info('agentsessions_sessions')"
 _SELECT_SESSION = "SELECT revision, length FROM agentsessions_sessions WHERE id = ?"
 _SELECT_MESSAGES = "SELECT body FROM agentsessions_messages WHERE session_id = ? ORDER BY position"
 _DELETE_MESSAGES_FROM = "DELETE FROM agentsessions_messages WHERE session_id = ? AND position >= ?"
@@ -55,17 +104,77 @@ INSERT INTO agentsessions_sessions (id, revision, length, updated_at) VALUES (?,
 ON CONFLICT (id) DO UPDATE SET revision = excluded.revision, length = excluded.length,
                                updated_at = excluded.updated_at
 """
-# SQLite runs one write at a time, so the next number in the session cannot be taken twice.
+# A steer or a claim before any save makes the record: length 0, never updated, IDLE.
+_CREATE_RECORD = "INSERT INTO agentsessions_sessions (id, revision, length) VALUES (?, ?, 0) ON CONFLICT DO NOTHING"
+_SELECT_HOLD = "SELECT run_state, lease_expires_at, holder FROM agentsessions_sessions WHERE id = ?"
+_NEXT_STEER = "UPDATE agentsessions_counters SET steers = steers + 1"
 _INSERT_STEER = """
-INSERT INTO agentsessions_steers (session_id, seq, text)
-SELECT ?1, coalesce(max(seq), 0) + 1, ?2 FROM agentsessions_steers WHERE session_id = ?1
+INSERT INTO agentsessions_steers (session_id, seq, text) SELECT ?, steers, ? FROM agentsessions_counters
 """
 # RETURNING gives rows in no promised order, so each carries its seq to sort by.
 _TAKE_STEERS = "DELETE FROM agentsessions_steers WHERE session_id = ? RETURNING seq, text"
+_PEEK_STEERS = "SELECT seq, text FROM agentsessions_steers WHERE session_id = ? ORDER BY seq"
+_DELETE_STEER = "DELETE FROM agentsessions_steers WHERE session_id = ? AND seq = ?"
+_NEXT_TOKEN = "UPDATE agentsessions_counters SET tokens = tokens + 1 RETURNING tokens"
+_CLAIM = """
+UPDATE agentsessions_sessions SET run_state = 'running', token = ?, holder = ?, lease = ?,
+                                  lease_expires_at = ?, cancel_requested = 0
+WHERE id = ?
+"""
+_SELECT_RUN = """
+SELECT revision, length, token, run_state, lease, cancel_requested FROM agentsessions_sessions WHERE id = ?
+"""
+_SAVE_RUN = """
+UPDATE agentsessions_sessions SET revision = ?, length = ?, updated_at = ?, lease_expires_at = ?,
+                                  run_state = ?, cancel_requested = ?
+WHERE id = ?
+"""
+_RENEW = """
+UPDATE agentsessions_sessions SET lease_expires_at = ?1 + CAST(round(lease * 1000000) AS INTEGER)
+WHERE id = ?2 AND token = ?3 AND run_state = 'running'
+RETURNING cancel_requested
+"""
+_CANCEL = """
+UPDATE agentsessions_sessions SET cancel_requested = 1
+WHERE id = ? AND run_state = 'running' AND lease_expires_at > ?
+"""
+# A fork is a new record and a copy of the rows made by SQLite itself, never through Python.
+_FORK_RECORD = "INSERT INTO agentsessions_sessions (id, revision, length, updated_at) VALUES (?, ?, ?, ?)"
+_COPY_MESSAGES = """
+INSERT INTO agentsessions_messages (session_id, position, body)
+SELECT ?, position, body FROM agentsessions_messages WHERE session_id = ? AND position < ? ORDER BY position
+"""
+_DELETE_SESSION = (
+    "DELETE FROM agentsessions_messages WHERE session_id = ?",
+    "DELETE FROM agentsessions_steers WHERE session_id = ?",
+    "DELETE FROM agentsessions_sessions WHERE id = ?",
+)
+_INFO_COLUMNS = """id, length, updated_at, run_state, holder, lease_expires_at, cancel_requested,
+       (SELECT count(*) FROM agentsessions_steers WHERE session_id = s.id)"""
+_INFO = f"SELECT {_INFO_COLUMNS} FROM agentsessions_sessions AS s WHERE id = ?"
+# Keyset pages over the (updated_at, id) index, newest first; SQLite sorts NULL lowest, so
+# never-saved records come last, walked in a second pass (a row value with NULL compares NULL).
+_PAGE = f"""
+SELECT {_INFO_COLUMNS} FROM agentsessions_sessions AS s
+WHERE {{where}} ORDER BY updated_at DESC, id DESC LIMIT {PAGE_SIZE}
+"""
+_SAVED_BELOW = "(updated_at, id) < (:updated, :id)"
+_NEVER_SAVED = "updated_at IS NULL"
+_NEVER_SAVED_BELOW = "updated_at IS NULL AND id < :id"
+_LATEST = 2**63 - 1  # above any updated_at: with id X'' the first page's bound excludes nothing
+_STATE_SQL = {
+    RunState.IDLE: "run_state IS NULL",
+    RunState.RUNNING: "(run_state = 'running' AND lease_expires_at > :now)",
+    RunState.STALLED: "(run_state = 'running' AND (lease_expires_at IS NULL OR lease_expires_at <= :now))",
+    **{state: f"run_state = '{state.value}'" for state in ENDINGS},
+}
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_MICROSECOND = datetime.timedelta(microseconds=1)
 
 
 class SQLiteStore:
-    """Sessions in one SQLite file.
+    """Sessions and their runs in one SQLite file.
 
     Each thread gets its own connection (sqlite3 connections belong to one thread), so
     one store object is safe to share between threads; several processes may open the
@@ -79,22 +188,27 @@ class SQLiteStore:
         self._pid = os.getpid()
         self._known = KnownSessions()
         with self._errors("create the tables"):
-            self._connection().executescript(SCHEMA)
+            db = self._connection()
+            columns = {name for (name,) in db.execute(_COLUMNS)}
+            if columns and "run_state" not in columns:
+                raise StoreError(
+                    f"SQLite store {self.path!r} was made by an older version of agentsessions (its session "
+                    "table has no run columns); open it with that version, or start a new file"
+                )
+            db.executescript(SCHEMA)
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
+
+    # --- Transcripts and steers (the seed's four) ------------------------------------------
 
     def save(self, session_id: str, messages: Sequence[Message]) -> None:
         """Make ``messages`` the transcript; writes only what is new since this store last saw it."""
         plan = plan_save(self._known, session_id, messages)
         revision, key = new_revision(), encode_text(session_id)
-        with self._errors("save the transcript", session_id), self._transaction("BEGIN IMMEDIATE") as db:
-            row = db.execute(_SELECT_SESSION, (key,)).fetchone()
-            keep = plan.rows_to_keep(row[0] if row else None)
-            if row and row[1] > keep:
-                db.execute(_DELETE_MESSAGES_FROM, (key, keep))
-            db.executemany(_INSERT_MESSAGE, plan.rows(key, keep))
-            db.execute(_UPSERT_SESSION, (key, revision, len(plan.messages), time.time()))
+        with self._errors("save the transcript", session_id), self._transaction() as db:
+            _write_messages(db, key, plan, db.execute(_SELECT_SESSION, (key,)).fetchone())
+            db.execute(_UPSERT_SESSION, (key, revision, len(plan.messages), _now()))
         self._known.remember(session_id, revision, plan.messages)
 
     def messages(self, session_id: str) -> list[Message]:
@@ -108,12 +222,18 @@ class SQLiteStore:
             self._known.remember(session_id, row[0], loaded)
         return loaded
 
-    def add_steer(self, session_id: str, text: str) -> None:
-        """Leave a steer for the session's next run."""
+    def add_steer(self, session_id: str, text: str) -> RunState:
+        """Leave a steer for the session's run; returns the session's state as it was stored."""
         key = encode_text(check_session_id(session_id))
         check_steer(text)
-        with self._errors("add a steer", session_id):
-            self._connection().execute(_INSERT_STEER, (key, encode_text(text)))
+        # One transaction with the record's write lock: a run releasing the session either
+        # sees this steer or has released before it, and the state returned says which.
+        with self._errors("add a steer", session_id), self._transaction() as db:
+            now = _now()
+            run_state, expires, _ = _hold(db, key)
+            db.execute(_NEXT_STEER)
+            db.execute(_INSERT_STEER, (key, encode_text(text)))
+        return _state(run_state, expires, now)
 
     def take_steers(self, session_id: str) -> list[str]:
         """Remove and return the waiting steers, oldest first; each goes to exactly one caller."""
@@ -122,12 +242,142 @@ class SQLiteStore:
             rows = self._connection().execute(_TAKE_STEERS, (key,)).fetchall()
         return [decode_text(text) for _, text in sorted(rows)]
 
+    # --- Records: info, listing, delete, cancel ---------------------------------------------
+
+    def info(self, session_id: str) -> SessionInfo:
+        """The session's record, in one query; an unknown id is ``IDLE`` with length 0."""
+        key = encode_text(check_session_id(session_id))
+        with self._errors("read the record", session_id):
+            now = _now()
+            row = self._connection().execute(_INFO, (key,)).fetchone()
+        return SessionInfo(session_id) if row is None else _info(row, now)
+
+    def sessions(
+        self, *, state: RunState | Collection[RunState] | None = None, updated_before: datetime.datetime | None = None
+    ) -> Iterator[SessionInfo]:
+        """Every session, newest update first (never saved last, ties by id), fetched in pages."""
+        states, before = state_filter(state), check_updated_before(updated_before)
+        return self._listing(_where(states), _LATEST if before is None else _micros(before), before is None)
+
+    def delete(self, session_id: str) -> bool:
+        """Remove transcript, steers and record in one transaction; ``True`` if the session existed."""
+        key = encode_text(check_session_id(session_id))
+        with self._errors("delete", session_id), self._transaction() as db:
+            removed = sum(db.execute(sql, (key,)).rowcount for sql in _DELETE_SESSION)
+        self._known.forget(session_id)
+        return removed > 0
+
+    def cancel(self, session_id: str) -> bool:
+        """Ask the live run holding the session to stop; ``False``, writing nothing, when none holds it."""
+        key = encode_text(check_session_id(session_id))
+        with self._errors("cancel the run", session_id):
+            return self._connection().execute(_CANCEL, (key, _now())).rowcount > 0
+
+    def fork(self, session_id: str, new_id: str, *, at: int | None = None) -> None:
+        """Copy the first ``at`` messages into a new, idle session with no steers, in one transaction."""
+        key, new_key = encode_text(check_session_id(session_id)), encode_text(check_session_id(new_id))
+        with self._errors("fork", session_id), self._transaction() as db:
+            row = db.execute(_SELECT_SESSION, (key,)).fetchone()
+            length = check_fork_at(at, row[1] if row else 0)
+            try:
+                db.execute(_FORK_RECORD, (new_key, new_revision(), length, _now()))
+            except sqlite3.IntegrityError:
+                raise ConflictError(f"cannot fork into session {new_id!r:.80}: it exists") from None
+            db.execute(_COPY_MESSAGES, (new_key, key, length))
+
+    # --- Holding a run ---------------------------------------------------------------------
+
+    def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
+        """Hold the session for a run, taking over a stalled one; busy while another lease is live."""
+        lease = check_lease(lease)
+        key = encode_text(check_session_id(session_id))
+        with self._errors("claim", session_id), self._transaction() as db:
+            now = _now()
+            run_state, expires, holder = _hold(db, key)
+            if _state(run_state, expires, now) is RunState.RUNNING:
+                raise busy(session_id, _text(holder), _datetime(expires))
+            [(token,)] = db.execute(_NEXT_TOKEN).fetchall()
+            db.execute(_CLAIM, (token, encode_text(replica), lease, now + _span(lease), key))
+        return Claim(session_id, token, replica, lease)
+
+    def peek_steers(self, session_id: str) -> list[Steer]:
+        """The waiting steers, oldest first, left in place."""
+        key = encode_text(check_session_id(session_id))
+        with self._errors("read the steers", session_id):
+            rows = self._connection().execute(_PEEK_STEERS, (key,)).fetchall()
+        return [Steer(seq, decode_text(text)) for seq, text in rows]
+
+    def save_run(
+        self,
+        claim: Claim,
+        messages: Sequence[Message],
+        *,
+        taken: Sequence[int] = (),
+        end: RunState | None = None,
+        unless_steered: bool = False,
+    ) -> Progress:
+        """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``."""
+        plan = plan_save(self._known, claim.session_id, messages)
+        ending = None if end is None else RunState(end)
+        if ending is not None and ending not in ENDINGS:
+            raise ValueError(f"a run ends FINISHED, CANCELLED or FAILED, got {end!r:.80}")
+        revision, key = new_revision(), encode_text(claim.session_id)
+        with self._errors("save the run", claim.session_id), self._transaction() as db:
+            row = db.execute(_SELECT_RUN, (key,)).fetchone()
+            if row is None or row[2] != claim.token or row[3] != RunState.RUNNING:
+                raise superseded(claim)
+            db.executemany(_DELETE_STEER, [(key, seq) for seq in taken])
+            _write_messages(db, key, plan, row[:2])
+            pending = db.execute(_PEEK_STEERS, (key,)).fetchall() if ending and unless_steered else []
+            release, now = None if pending else ending, _now()
+            state, cancel = (RunState.RUNNING.value, row[5]) if release is None else (release.value, 0)
+            db.execute(_SAVE_RUN, (revision, len(plan.messages), now, now + _span(row[4]), state, cancel, key))
+        self._known.remember(claim.session_id, revision, plan.messages)
+        if release is not None:
+            return Progress()
+        return Progress(bool(cancel), tuple(Steer(seq, decode_text(text)) for seq, text in pending))
+
+    def renew(self, claims: Sequence[Claim]) -> Renewal:
+        """Extend each claim's lease, all in one transaction; report the claims lost and those asked to cancel."""
+        claims = list(claims)
+        if not claims:
+            return Renewal()
+        lost, cancelling = set(), set()
+        with self._errors("renew the leases"), self._transaction() as db:
+            now = _now()
+            for claim in claims:
+                rows = db.execute(_RENEW, (now, encode_text(claim.session_id), claim.token)).fetchall()
+                if not rows:
+                    lost.add(claim)
+                elif rows[0][0]:
+                    cancelling.add(claim)
+        return Renewal(frozenset(lost), frozenset(cancelling))
+
+    # --- Connections and transactions ------------------------------------------------------
+
     def close(self) -> None:
         """Close the calling thread's connection (others close when their threads end)."""
         connection = getattr(self._local, "connection", None)
         if connection is not None:
             connection.close()
             self._local.connection = None
+
+    def _listing(self, where: str, before: int, never_saved: bool) -> Iterator[SessionInfo]:
+        yield from self._pages(_SAVED_BELOW + where, _SAVED_BELOW + where, {"updated": before, "id": b""})
+        if never_saved:  # updated_before excludes the never-saved records
+            yield from self._pages(_NEVER_SAVED + where, _NEVER_SAVED_BELOW + where, {})
+
+    def _pages(self, first: str, then: str, bound: dict[str, Any]) -> Iterator[SessionInfo]:
+        where = first
+        while True:
+            # A page's `now` decides both the state filter and the states reported, so they agree.
+            now = _now()
+            with self._errors("list the sessions"):
+                rows = self._connection().execute(_PAGE.format(where=where), {**bound, "now": now}).fetchall()
+            yield from (_info(row, now) for row in rows)
+            if len(rows) < PAGE_SIZE:
+                return
+            where, bound = then, {"updated": rows[-1][2], "id": rows[-1][0]}
 
     def _connection(self) -> sqlite3.Connection:
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
@@ -143,15 +393,30 @@ class SQLiteStore:
         return connection
 
     @contextmanager
-    def _transaction(self, begin: str) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, begin: str = "BEGIN IMMEDIATE") -> Iterator[sqlite3.Connection]:
         db = self._connection()
         db.execute(begin)
         try:
             yield db
+            db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            # Also when COMMIT itself failed (SQLITE_BUSY waiting for readers to leave a file in
+            # rollback-journal mode, say): the transaction is still open then, and the thread's
+            # next BEGIN would fail with "cannot start a transaction within a transaction".
+            self._roll_back(db)
             raise
-        db.execute("COMMIT")
+
+    def _roll_back(self, db: sqlite3.Connection) -> None:
+        if not db.in_transaction:  # some errors (SQLITE_FULL, SQLITE_IOERR) roll back by themselves
+            return
+        try:
+            db.execute("ROLLBACK")
+        except sqlite3.Error:
+            # A connection that cannot get out of its transaction is of no more use: the
+            # thread's next call opens a new one.
+            with suppress(sqlite3.Error):
+                db.close()
+            self._local.connection = None
 
     @contextmanager
     def _errors(self, action: str, session_id: str = "") -> Iterator[None]:
@@ -162,6 +427,66 @@ class SQLiteStore:
                 self._known.forget(session_id)
             where = f" of session {session_id!r:.80}" if session_id else ""
             raise StoreError(f"SQLite store {self.path!r} could not {action}{where}: {error}") from error
+
+
+def _write_messages(db: sqlite3.Connection, key: bytes, plan: SavePlan, stored: Sequence[int] | None) -> None:
+    """Write the rows of ``plan`` after those already right; ``stored`` is the record's (revision, length)."""
+    keep = plan.rows_to_keep(stored[0] if stored else None)
+    if stored and stored[1] > keep:
+        db.execute(_DELETE_MESSAGES_FROM, (key, keep))
+    db.executemany(_INSERT_MESSAGE, plan.rows(key, keep))
+
+
+def _where(states: frozenset[RunState] | None) -> str:
+    """The listing's state filter as SQL; sorted, so one filter is one SQL text and its statement is reused."""
+    if states is None:
+        return ""
+    return " AND (" + (" OR ".join(sorted(_STATE_SQL[state] for state in states)) or "0") + ")"
+
+
+def _hold(db: sqlite3.Connection, key: bytes) -> tuple[str | None, int | None, bytes | None]:
+    """The record's run_state, lease_expires_at and holder, making the record if it has none."""
+    db.execute(_CREATE_RECORD, (key, new_revision()))
+    run_state, expires, holder = db.execute(_SELECT_HOLD, (key,)).fetchone()
+    return run_state, expires, holder
+
+
+def _info(row: Sequence[Any], now: int) -> SessionInfo:
+    key, length, updated, run_state, holder, expires, cancel, pending = row
+    return SessionInfo(
+        decode_text(key),
+        length,
+        _datetime(updated),
+        _state(run_state, expires, now),
+        _text(holder),
+        _datetime(expires),
+        pending,
+        bool(cancel),
+    )
+
+
+def _state(run_state: str | None, expires: int | None, now: int) -> RunState:
+    return derive_state(run_state, _datetime(expires), _EPOCH + now * _MICROSECOND)
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else decode_text(data)
+
+
+def _now() -> int:
+    return _micros(utcnow())
+
+
+def _micros(moment: datetime.datetime) -> int:
+    return (moment - _EPOCH) // _MICROSECOND
+
+
+def _datetime(micros: int | None) -> datetime.datetime | None:
+    return None if micros is None else _EPOCH + micros * _MICROSECOND
+
+
+def _span(seconds: float) -> int:
+    return round(seconds * 1_000_000)
 
 
 def open(path: str | os.PathLike[str] | Path, *, timeout: float = 10.0) -> SQLiteStore:
