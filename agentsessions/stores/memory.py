@@ -99,7 +99,8 @@ class MemoryStore:
 
     def save(self, session_id: str, messages: Sequence[Message]) -> None:
         """Make ``messages`` the session's transcript (a snapshot: later changes to the list do not leak in)."""
-        snapshot = self._snapshot(self._entry(session_id), messages)
+        # Checked before the entry exists: a rejected save must leave no session behind.
+        snapshot = self._snapshot(self._sessions.get(check_session_id(session_id)), messages)
         entry = self._locked(session_id)
         try:
             entry.messages, entry.updated_at = snapshot, utcnow()
@@ -146,6 +147,10 @@ class MemoryStore:
     ) -> Iterator[SessionInfo]:
         """Every session, newest update first (never saved last), each exactly once."""
         states, before = state_filter(state), check_updated_before(updated_before)
+        return self._listing(states, before)
+
+    def _listing(self, states: frozenset[RunState] | None, before: datetime.datetime | None) -> Iterator[SessionInfo]:
+        # A generator: the sessions are read at the first next(), as a paging store reads its first page.
         infos = [
             info
             for info in map(self.info, list(self._sessions))
@@ -154,7 +159,7 @@ class MemoryStore:
         ]
         never = datetime.datetime.min.replace(tzinfo=datetime.UTC)
         infos.sort(key=lambda info: (info.updated_at or never, info.id), reverse=True)
-        return iter(infos)
+        yield from infos
 
     def delete(self, session_id: str) -> bool:
         """Remove the session whole; ``True`` if it existed."""
@@ -259,9 +264,9 @@ class MemoryStore:
         return Renewal(frozenset(lost), frozenset(cancelling))
 
     @staticmethod
-    def _snapshot(entry: _Entry, messages: Sequence[Message]) -> tuple[Message, ...]:
+    def _snapshot(entry: _Entry | None, messages: Sequence[Message]) -> tuple[Message, ...]:
         snapshot = tuple(transcript_list(messages))
-        stored = entry.messages
+        stored = entry.messages if entry is not None else ()
         # Only what differs from the stored transcript needs checking: the shared prefix compares
         # equal, a pointer check per message when they are the same objects, as in a run.
         shared = len(stored) if snapshot[: len(stored)] == stored else 0
