@@ -3,20 +3,31 @@
 ``dumps``/``loads`` handle a whole transcript. Stores that keep one row per message use
 ``dump_message``/``load_message``, whose text carries the version too. Tool arguments
 stay the JSON *string* the model wrote, so no store ever sees them as a document it could
-reorder. The output is always valid UTF-8: a lone surrogate in a str is written as its
-JSON escape, which decodes back to the same str.
+reorder. The output is always valid UTF-8 and every ``str`` comes back exactly.
+
+A Python ``str`` may hold surrogate code points, which UTF-8 cannot carry. JSON's only way
+to write one is a ``\\udXXX`` escape, and a high escape followed by a low one means a
+single astral character, so ``"\\ud83d\\ude00"`` (two code points) would come back as
+``"😀"`` (one). Since version 2 a field holding surrogates is written as a list of pieces
+instead: text as JSON strings, each surrogate as its code point, an integer, so
+``"x\\ud83d\\ude00y"`` is ``["x",55357,56832,"y"]``. Every other field stays a plain JSON
+string. Version 1 wrote surrogates as escapes; it is still read, with JSON's meaning.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from agentsessions.errors import FormatError
 from agentsessions.messages import Content, ContentType, Message, check_transcript
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+_PIECES_SINCE = 2  # the first version that writes a field with surrogates as a list of pieces
+_TEXT_FIELDS = ("text", "id", "name", "input", "tool_use_id")
+_SURROGATE = re.compile("([\ud800-\udfff])")
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False).encode
 _decode = json.JSONDecoder().decode
@@ -43,44 +54,80 @@ def _message_obj(message: Message) -> dict[str, Any]:
     return {"role": message.role.value, "content": [_content_obj(c) for c in message.content]}
 
 
-def _utf8_safe(text: str) -> str:
+def _pieces(text: str) -> list[str | int]:
+    # split() with a group puts each surrogate at an odd index, the text between at even ones.
+    return [ord(piece) if index % 2 else piece for index, piece in enumerate(_SURROGATE.split(text)) if piece]
+
+
+def _spell_surrogates(messages: list[dict[str, Any]]) -> None:
+    for message in messages:
+        for block in message["content"]:
+            for name in _TEXT_FIELDS:
+                if name in block and _SURROGATE.search(block[name]):
+                    block[name] = _pieces(block[name])
+
+
+def _encode_utf8(obj: dict[str, Any], messages: list[dict[str, Any]]) -> str:
+    """``obj`` as JSON text; ``messages`` (inside ``obj``) get their surrogates spelled out if they have any."""
+    text = _encode(obj)
     if text.isascii():
         return text
     try:
         text.encode()
     except UnicodeEncodeError:
-        # Only lone surrogates fail, and only inside JSON strings, where "\udXXX" is their escape.
-        return text.encode("utf-8", "backslashreplace").decode()
+        # Only surrogates fail: the rare slow path, so the common one costs one check.
+        _spell_surrogates(messages)
+        return _encode(obj)
     return text
 
 
 def dumps(messages: Sequence[Message]) -> str:
     """Serialise a transcript to the versioned JSON form every store keeps."""
-    checked = check_transcript(messages)
-    return _utf8_safe(_encode({"v": FORMAT_VERSION, "messages": [_message_obj(m) for m in checked]}))
+    objs = [_message_obj(m) for m in check_transcript(messages)]
+    return _encode_utf8({"v": FORMAT_VERSION, "messages": objs}, objs)
 
 
 def dump_message(message: Message) -> str:
     """Serialise one message (for stores with a row per message); the text carries the version."""
-    return _utf8_safe(_encode({"v": FORMAT_VERSION, **_message_obj(message)}))
+    obj = {"v": FORMAT_VERSION, **_message_obj(message)}
+    return _encode_utf8(obj, [obj])
 
 
-def _parse(text: str | bytes, what: str) -> dict[str, Any]:
+def _parse(text: str | bytes, what: str) -> tuple[dict[str, Any], int]:
+    """The JSON object in ``text`` and its format version."""
     try:
         obj = _decode(text if isinstance(text, str) else text.decode())
     except (ValueError, UnicodeDecodeError) as error:
         raise FormatError(f"{what} is not JSON written by agentsessions: {error}") from error
-    if not isinstance(obj, dict) or not isinstance(obj.get("v"), int):
+    except RecursionError as error:
+        # agentsessions nests six levels deep at most; only foreign text gets here.
+        raise FormatError(f"{what} is nested too deeply to be JSON written by agentsessions") from error
+    if not isinstance(obj, dict) or "v" not in obj:
         raise FormatError(f"{what} has no format version; it was not written by agentsessions")
-    if obj["v"] > FORMAT_VERSION:
+    version = obj["v"]
+    if type(version) is not int or version < 1:  # bool is an int to isinstance
+        raise FormatError(f'{what} has format version "v": {version!r:.40}; versions are integers from 1')
+    if version > FORMAT_VERSION:
         raise FormatError(
-            f"{what} is format version {obj['v']}, newer than this agentsessions reads "
+            f"{what} is format version {version}, newer than this agentsessions reads "
             f"({FORMAT_VERSION}); upgrade agentsessions to read it"
         )
-    return obj
+    return obj, version
 
 
-def _content(obj: dict[str, Any]) -> Content:
+def _joined(pieces: list[Any], name: str) -> str:
+    for piece in pieces:
+        if type(piece) is not str and not (type(piece) is int and 0xD800 <= piece <= 0xDFFF):
+            raise TypeError(f"Content.{name} holds {piece!r:.40}, neither text nor a surrogate code point")
+    return "".join(piece if type(piece) is str else chr(piece) for piece in pieces)
+
+
+def _content(obj: dict[str, Any], version: int) -> Content:
+    if version >= _PIECES_SINCE:
+        for value in obj.values():
+            if type(value) is list:  # rare: a field holding surrogates, spelled as pieces
+                obj = {k: _joined(v, k) if type(v) is list and k in _TEXT_FIELDS else v for k, v in obj.items()}
+                break
     return Content(
         ContentType(obj["type"]),
         text=obj.get("text", ""),
@@ -92,29 +139,35 @@ def _content(obj: dict[str, Any]) -> Content:
     )
 
 
-def _message(obj: dict[str, Any], what: str) -> Message:
+def _message(obj: dict[str, Any], version: int, what: str) -> Message:
     try:
-        return Message(obj["role"], [_content(c) for c in obj["content"]])
-    except (KeyError, TypeError, ValueError) as error:
+        return Message(obj["role"], [_content(c, version) for c in obj["content"]])
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise FormatError(f"{what} holds a malformed message: {error!r}") from error
 
 
 def loads(text: str | bytes) -> list[Message]:
     """Read a transcript written by :func:`dumps` (this version or an older one)."""
-    obj = _parse(text, "the transcript")
+    obj, version = _parse(text, "the transcript")
     messages = obj.get("messages")
     if not isinstance(messages, list):
         raise FormatError("the transcript has no list of messages")
-    return [_message(m, "the transcript") for m in messages]
+    return [_message(m, version, "the transcript") for m in messages]
 
 
 def load_message(text: str | bytes) -> Message:
-    """Read one message written by :func:`dump_message`."""
-    return _message(_parse(text, "a stored message"), "a stored message")
+    """Read one message written by :func:`dump_message` (this version or an older one)."""
+    obj, version = _parse(text, "a stored message")
+    return _message(obj, version, "a stored message")
 
 
 def encode_text(text: str) -> bytes:
-    """A steer's text as bytes that round-trip any str, lone surrogates included."""
+    """A session id's or a steer's text as bytes that round-trip any str, surrogates included.
+
+    UTF-8, except that each surrogate code point is written as its own three bytes
+    (``surrogatepass``), never combined with a neighbour: ``"\\ud83d\\ude00"`` becomes six
+    bytes and ``"😀"`` four, so the two stay distinct.
+    """
     return text.encode("utf-8", "surrogatepass")
 
 

@@ -32,6 +32,12 @@ def _is_str(field_name: str) -> Any:
     return check
 
 
+def _is_bool(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    # A check, not a bool() converter: bool("no") is True, and stored text must not flip a flag.
+    if type(value) is not bool:
+        raise TypeError(f"Content.{attribute.name} must be a bool, got {type(value).__name__}: {value!r:.80}")
+
+
 @attrs.frozen(cache_hash=True)
 class Content:
     """One block of a message.
@@ -46,7 +52,7 @@ class Content:
     name: str = attrs.field(default="", validator=_is_str("Content"))
     input: str = attrs.field(default="", validator=_is_str("Content"))
     tool_use_id: str = attrs.field(default="", validator=_is_str("Content"))
-    is_error: bool = attrs.field(default=False, converter=bool)
+    is_error: bool = attrs.field(default=False, validator=_is_bool)
 
     @classmethod
     def of_text(cls, text: str) -> Content:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import collections.abc
 import inspect
 import json
 import re
+import sys
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -26,13 +28,17 @@ class Tool:
 
     ``fn`` is called with the parsed arguments as keyword arguments and returns a str,
     which the model reads as the result. ``input_schema`` is the JSON schema of those
-    arguments, as the providers expect it.
+    arguments, as the providers expect it. ``idempotent`` says that running a call twice
+    does no more than running it once: with ``Spec(journal=True)``, a call that a crash
+    left in doubt runs again only then (any other gets an error result saying its result
+    was lost).
     """
 
     name: str = attrs.field(validator=attrs.validators.matches_re(r"^[a-zA-Z0-9_-]{1,64}$"))
     description: str = attrs.field(validator=attrs.validators.instance_of(str))
     input_schema: Mapping[str, Any] = attrs.field(validator=_schema_object, eq=False)
     fn: Callable[..., str] = attrs.field(validator=attrs.validators.is_callable(), eq=False)
+    idempotent: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool), kw_only=True)
 
 
 def call(tools: Mapping[str, Tool], use: Content) -> Content:
@@ -58,26 +64,56 @@ def call(tools: Mapping[str, Tool], use: Content) -> Content:
     return Content.tool_result(use.id, output)
 
 
-_JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
+_JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
+_LITERAL_TYPES = (str, int, bool, type(None))  # what a JSON value can equal in Python
+_ARRAYS = (list, set, frozenset, collections.abc.Sequence)
 
 
-def _json_schema(hint: Any) -> dict[str, Any]:
-    origin = get_origin(hint)
+def _json_schema(hint: Any, where: str) -> dict[str, Any]:
+    """The JSON schema of the values Python accepts for ``hint``; ``where`` names it in errors."""
+    origin, args = get_origin(hint), get_args(hint)
+    if hint is Any:
+        return {}
     if hint in _JSON_TYPES:
         return {"type": _JSON_TYPES[hint]}
     if origin is Literal:
-        return {"enum": list(get_args(hint))}
-    if origin in (list, tuple, set, frozenset) or hint in (list, tuple):
-        args = get_args(hint)
-        return {"type": "array", "items": _json_schema(args[0])} if args else {"type": "array"}
-    if origin is dict or hint is dict:
-        return {"type": "object"}
+        if not all(type(value) in _LITERAL_TYPES for value in args):
+            raise TypeError(f"@tool cannot describe {where}: {hint!r} holds a value that is not JSON's")
+        return {"enum": list(args)}
     if origin in (Union, types.UnionType):
-        options = [a for a in get_args(hint) if a is not type(None)]
-        if len(options) == 1:
-            return _json_schema(options[0])
-        return {"anyOf": [_json_schema(a) for a in options]}
-    raise TypeError(f"@tool cannot describe the type {hint!r} in JSON schema; use a Tool with input_schema")
+        return {"anyOf": [_json_schema(option, where) for option in args]}  # None among them is {"type": "null"}
+    if hint is tuple:
+        return {"type": "array"}
+    if origin is tuple:
+        return _tuple_schema(args, where)
+    if origin in _ARRAYS or hint in _ARRAYS:
+        schema: dict[str, Any] = {"type": "array"}
+        if args:
+            schema["items"] = _json_schema(args[0], where)
+        if set in (origin, hint) or frozenset in (origin, hint):
+            schema["uniqueItems"] = True
+        return schema
+    if origin in (dict, collections.abc.Mapping) or hint in (dict, collections.abc.Mapping):
+        if not args:
+            return {"type": "object"}
+        if args[0] is not str:
+            raise TypeError(f"@tool cannot describe {where}: {hint!r} has keys of {args[0]!r}, but JSON keys are str")
+        return {"type": "object", "additionalProperties": _json_schema(args[1], where)}
+    raise TypeError(f"@tool cannot describe {where}: {hint!r} has no JSON schema; use a Tool with input_schema")
+
+
+def _tuple_schema(args: tuple[Any, ...], where: str) -> dict[str, Any]:
+    if not args:  # tuple[()]: the empty tuple
+        return {"type": "array", "maxItems": 0}
+    if len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]: any length
+        return {"type": "array", "items": _json_schema(args[0], where)}
+    return {
+        "type": "array",
+        "prefixItems": [_json_schema(arg, where) for arg in args],
+        "items": False,
+        "minItems": len(args),
+        "maxItems": len(args),
+    }
 
 
 def _docstring_parts(doc: str) -> tuple[str, dict[str, str]]:
@@ -89,24 +125,62 @@ def _docstring_parts(doc: str) -> tuple[str, dict[str, str]]:
     return summary.strip(), described
 
 
-def _derive(fn: Callable[..., str], name: str | None, description: str | None) -> Tool:
+def _type_hints(fn: Callable[..., str], localns: dict[str, Any]) -> dict[str, Any]:
+    """``fn``'s evaluated type hints, looking names up where ``@tool`` was applied, then in ``fn``'s module.
+
+    The place of decoration matters under ``from __future__ import annotations``, whose hints
+    are strings: a type defined inside a function is only there, never in the module.
+    """
+    try:
+        return typing.get_type_hints(fn, localns=localns)
+    except Exception as error:  # evaluating a hint runs its code: any failure is that hint's
+        raise TypeError(f"@tool cannot evaluate the type hint of {_failing_hint(fn, localns)}: {error}") from error
+
+
+def _failing_hint(fn: Callable[..., str], localns: dict[str, Any]) -> str:
+    """Which of ``fn``'s hints does not evaluate, for the error message."""
+    for name, annotation in getattr(fn, "__annotations__", {}).items():
+        try:
+            shim = types.SimpleNamespace(__annotations__={name: annotation})
+            typing.get_type_hints(shim, getattr(fn, "__globals__", {}), localns)
+        except Exception:
+            return f"{fn.__name__}'s return value" if name == "return" else f"{fn.__name__}'s parameter {name!r}"
+    return fn.__name__
+
+
+def _schema_of(parameter: inspect.Parameter, hints: dict[str, Any], fn_name: str) -> dict[str, Any]:
+    where = f"{fn_name}'s parameter {parameter.name!r}"
+    if parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+        star = "*" if parameter.kind is inspect.Parameter.VAR_POSITIONAL else "**"
+        raise TypeError(
+            f"@tool cannot describe {fn_name}'s parameter {star}{parameter.name}: the model's arguments are "
+            "one JSON object of named properties; take a list or a dict parameter instead"
+        )
+    if parameter.kind is inspect.Parameter.POSITIONAL_ONLY:
+        raise TypeError(f"@tool cannot pass {where} by name, as a tool's arguments are passed; drop the '/'")
+    if parameter.name not in hints:
+        raise TypeError(f"@tool needs a type hint on {where}")
+    return _json_schema(hints[parameter.name], where)
+
+
+def _derive(fn: Callable[..., str], name: str | None, description: str | None, localns: dict[str, Any]) -> Tool:
     summary, described = _docstring_parts(fn.__doc__ or "")
-    hints = typing.get_type_hints(fn)
+    hints = _type_hints(fn, localns)
     properties: dict[str, Any] = {}
     required: list[str] = []
     for parameter in inspect.signature(fn).parameters.values():
-        if parameter.name not in hints:
-            raise TypeError(f"@tool needs a type hint on {fn.__name__}'s parameter {parameter.name!r}")
-        schema = _json_schema(hints[parameter.name])
+        schema = _schema_of(parameter, hints, fn.__name__)
         if parameter.name in described:
             schema["description"] = described[parameter.name]
         properties[parameter.name] = schema
         if parameter.default is inspect.Parameter.empty:
             required.append(parameter.name)
+    # Python refuses a keyword it does not know, so the schema does too.
+    schema = {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
     return Tool(
         name=name or fn.__name__,
         description=description if description is not None else summary,
-        input_schema={"type": "object", "properties": properties, "required": required},
+        input_schema=schema,
         fn=fn,
     )
 
@@ -114,16 +188,33 @@ def _derive(fn: Callable[..., str], name: str | None, description: str | None) -
 @overload
 def tool(fn: Callable[..., str], /) -> Tool: ...
 @overload
-def tool(*, name: str | None = None, description: str | None = None) -> Callable[[Callable[..., str]], Tool]: ...
 def tool(
-    fn: Callable[..., str] | None = None, /, *, name: str | None = None, description: str | None = None
+    *, name: str | None = None, description: str | None = None, idempotent: bool = False
+) -> Callable[[Callable[..., str]], Tool]: ...
+def tool(
+    fn: Callable[..., str] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    idempotent: bool = False,
 ) -> Tool | Callable[[Callable[..., str]], Tool]:
     """Make a :class:`Tool` from a typed function.
 
     The name is the function's, the description its docstring up to ``Args:``, and the
-    schema comes from the type hints (str, int, float, bool, list, dict, Literal, Optional);
-    a parameter with a default is optional. ``Args:`` lines describe the parameters.
+    schema comes from the type hints: str, int, float, bool, None, Any, Literal, unions
+    (``X | None`` allows null), list, set, tuple (``tuple[int, str]`` is a pair, with
+    ``prefixItems``), and dict with str keys. A parameter with a default is optional;
+    ``Args:`` lines describe the parameters. Whatever JSON schema cannot say (a type it has
+    no form for, ``*args``, ``**kwargs``, a positional-only parameter) is a ``TypeError`` here,
+    at decoration, naming the function and the parameter. ``idempotent=True`` marks a tool
+    that may safely run twice (see :class:`Tool`).
     """
+    # The caller's frame is where the function was defined: its local types are there.
     if fn is not None:
-        return _derive(fn, name, description)
-    return lambda f: _derive(f, name, description)
+        return attrs.evolve(_derive(fn, name, description, sys._getframe(1).f_locals), idempotent=idempotent)
+
+    def decorate(f: Callable[..., str]) -> Tool:
+        return attrs.evolve(_derive(f, name, description, sys._getframe(1).f_locals), idempotent=idempotent)
+
+    return decorate

@@ -64,6 +64,108 @@ def test_any_text_round_trips(texts: list[str], tool_input: str) -> None:
     assert agent.loads(agent.dumps(messages)) == messages
 
 
-@given(st.text())
-def test_steer_text_encoding_round_trips(text: str) -> None:
+# st.text() never draws a surrogate; these draw them lone and in high-low pairs, which JSON
+# would read back as one astral character.
+_SURROGATE = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)
+_PAIR = st.tuples(
+    st.characters(min_codepoint=0xD800, max_codepoint=0xDBFF), st.characters(min_codepoint=0xDC00, max_codepoint=0xDFFF)
+).map("".join)
+ANY_TEXT = st.lists(st.one_of(st.text(), _SURROGATE, _PAIR), max_size=4).map("".join)
+TRICKY = ["x\ud83d\ude00y", "\ud83d\ude00", "\ude00\ud83d", "\udbff\udfff\ud800\udc00", "a\ud83d", "\ude00b", "😀"]
+
+
+def _every_field(text: str) -> agent.Message:
+    # text, id, name, input and tool_use_id: every str field of a block
+    return agent.Message(agent.Role.USER, [agent.Content(agent.ContentType.TOOL_RESULT, text, text, text, text, text)])
+
+
+def _round_trips(message: agent.Message) -> None:
+    for text in (agent.dumps([message]), codec.dump_message(message)):
+        text.encode("utf-8")  # valid UTF-8: a store's text column takes it
+    assert agent.loads(agent.dumps([message])) == [message]
+    assert codec.load_message(codec.dump_message(message)) == message
+    assert codec.load_message(codec.dump_message(message).encode()) == message
+
+
+@pytest.mark.parametrize("text", TRICKY)
+def test_surrogates_lone_or_adjacent_come_back_as_the_same_code_points(text: str) -> None:
+    _round_trips(_every_field(text))
+    loaded = codec.load_message(codec.dump_message(agent.Message.user(text)))
+    assert [ord(c) for c in loaded.text] == [ord(c) for c in text]
+
+
+@given(ANY_TEXT, ANY_TEXT, ANY_TEXT)
+def test_any_str_in_any_field_round_trips(text: str, other: str, tool_input: str) -> None:
+    block = agent.Content(agent.ContentType.TOOL_USE, text, other, text + other, tool_input, other + text)
+    _round_trips(agent.Message(agent.Role.ASSISTANT, [block]))
+
+
+def test_a_field_with_surrogates_is_stored_as_pieces_and_others_as_plain_strings() -> None:
+    message = agent.Message(agent.Role.USER, [agent.Content.tool_result("t1", "x\ud83d\ude00y😀")])
+    assert codec.dump_message(message) == (
+        '{"v":2,"role":"user","content":[{"type":"tool_result","text":["x",55357,56832,"y😀"],"tool_use_id":"t1"}]}'
+    )
+
+
+def test_version_1_text_still_loads_with_the_meaning_it_was_written_with() -> None:
+    # Version 1 wrote each surrogate as a JSON escape, so an adjacent pair reads as one character.
+    v1_message = '{"v":1,"role":"user","content":[{"type":"text","text":"lone \\ud83d, pair \\ud83d\\ude00, ü"}]}'
+    assert codec.load_message(v1_message) == agent.Message.user("lone \ud83d, pair 😀, ü")
+    v1_transcript = (
+        '{"v":1,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":"{}"}]}]}'
+    )
+    assert agent.loads(v1_transcript) == [agent.Message(agent.Role.ASSISTANT, [agent.Content.tool_use("t", "f", "{}")])]
+
+
+@pytest.mark.parametrize(
+    ("text", "complaint"),
+    [
+        ('{"v":1,"role":"user","content":[{"type":"text","text":["a",55357]}]}', "text must be a str, got list"),
+        ('{"v":2,"role":"user","content":[{"type":"text","text":["a",65]}]}', "Content.text holds 65"),
+        ('{"v":2,"role":"user","content":[{"type":"text","id":["a",true]}]}', "Content.id holds True"),
+        ('{"v":2,"role":"user","content":[{"type":"text","name":[1.5]}]}', "Content.name holds 1.5"),
+        ('{"v":2,"role":"user","content":[{"type":"text","input":[["a"]]}]}', "Content.input holds \\['a'\\]"),
+        ('{"v":2,"role":"user","content":[{"type":"text","text":{"a":1}}]}', "Content.text must be a str, got dict"),
+        ('{"v":2,"role":"user","content":[1]}', "malformed message"),
+    ],
+)
+def test_a_malformed_field_is_a_format_error_naming_it(text: str, complaint: str) -> None:
+    with pytest.raises(agent.FormatError, match=complaint):
+        codec.load_message(text)
+
+
+@pytest.mark.parametrize("version", ["true", "false", "0", "-1", "1.0", '"1"', "null", "[1]"])
+def test_a_version_that_is_not_an_integer_from_1_is_a_format_error(version: str) -> None:
+    with pytest.raises(agent.FormatError, match='format version "v": '):
+        agent.loads(f'{{"v": {version}, "messages": []}}')
+    with pytest.raises(agent.FormatError, match='format version "v": '):
+        codec.load_message(f'{{"v": {version}, "role": "user", "content": []}}')
+
+
+@pytest.mark.parametrize("brackets", ["[", "{\"a\":"])
+def test_deep_nesting_is_a_format_error_not_a_recursion_error(brackets: str) -> None:
+    deep = brackets * 100_000
+    with pytest.raises(agent.FormatError, match="nested too deeply"):
+        agent.loads(deep)
+    with pytest.raises(agent.FormatError, match="nested too deeply"):
+        codec.load_message(f'{{"v":2,"role":"user","content":{deep}')
+
+
+@pytest.mark.parametrize("flag", ['"no"', "1", "0", "null", '"true"'])
+def test_a_stored_is_error_that_is_not_a_bool_is_a_format_error(flag: str) -> None:
+    text = f'{{"v":2,"role":"user","content":[{{"type":"tool_result","tool_use_id":"t","is_error":{flag}}}]}}'
+    with pytest.raises(agent.FormatError, match=r"Content\.is_error must be a bool"):
+        codec.load_message(text)
+
+
+@given(ANY_TEXT)
+def test_steer_and_id_encoding_round_trips_any_str(text: str) -> None:
     assert codec.decode_text(codec.encode_text(text)) == text
+
+
+def test_steer_and_id_encoding_keeps_a_surrogate_pair_apart_from_the_astral_character() -> None:
+    pair, astral = "\ud83d\ude00", "😀"
+    assert codec.encode_text(pair) == b"\xed\xa0\xbd\xed\xb8\x80"
+    assert codec.encode_text(astral) == "😀".encode()  # plain UTF-8: ids stored before read the same
+    assert codec.decode_text(codec.encode_text(pair)) == pair
+    assert codec.decode_text(codec.encode_text(astral)) == astral

@@ -42,3 +42,16 @@ def test_roles_and_types_accept_their_values() -> None:
 def test_bad_input_is_named(build: object, complaint: str) -> None:
     with pytest.raises((TypeError, ValueError), match=complaint):
         build()  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("flag", ["no", "", 1, 0, None])
+def test_is_error_must_be_a_bool_not_anything_truthy(flag: object) -> None:
+    with pytest.raises(TypeError, match=f"Content.is_error must be a bool, got {type(flag).__name__}"):
+        agent.Content(agent.ContentType.TOOL_RESULT, tool_use_id="t", is_error=flag)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"Content\.is_error must be a bool"):
+        agent.Content.tool_result("t", "out", is_error=flag)  # type: ignore[arg-type]
+
+
+def test_is_error_keeps_a_bool() -> None:
+    assert agent.Content.tool_result("t", "out", is_error=True).is_error is True
+    assert agent.Content.tool_result("t", "out").is_error is False

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import pytest
 
 import agentsessions as agent
+from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.tools import call
 
 
@@ -31,10 +33,11 @@ def test_the_decorator_derives_name_description_and_schema() -> None:
         "properties": {
             "query": {"type": "string", "description": "what to look for."},
             "limit": {"type": "integer", "description": "how many hits at most."},
-            "mode": {"enum": ["fast", "full"]},
-            "tags": {"type": "array", "items": {"type": "string"}},
+            "mode": {"anyOf": [{"enum": ["fast", "full"]}, {"type": "null"}]},
+            "tags": {"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}]},
         },
         "required": ["query"],
+        "additionalProperties": False,
     }
 
 
@@ -52,6 +55,138 @@ def test_a_parameter_without_a_hint_is_refused() -> None:
 
     with pytest.raises(TypeError, match="needs a type hint on f's parameter 'x'"):
         agent.tool(f)
+
+
+def _properties(fn: Callable[..., str]) -> dict[str, Any]:
+    return dict(agent.tool(fn).input_schema["properties"])
+
+
+def test_a_fixed_tuple_is_described_position_by_position() -> None:
+    def f(pair: tuple[int, str], many: tuple[float, ...], none: tuple[()], bare: tuple) -> str:  # type: ignore[type-arg]
+        return ""
+
+    assert _properties(f) == {
+        "pair": {
+            "type": "array",
+            "prefixItems": [{"type": "integer"}, {"type": "string"}],
+            "items": False,
+            "minItems": 2,
+            "maxItems": 2,
+        },
+        "many": {"type": "array", "items": {"type": "number"}},
+        "none": {"type": "array", "maxItems": 0},
+        "bare": {"type": "array"},
+    }
+
+
+def test_optional_allows_null_and_unions_list_every_option() -> None:
+    def f(a: int | None, b: int | str | None = None, c: list[int | None] | None = None, d: None = None) -> str:
+        return ""
+
+    assert _properties(f) == {
+        "a": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+        "b": {"anyOf": [{"type": "integer"}, {"type": "string"}, {"type": "null"}]},
+        "c": {
+            "anyOf": [{"type": "array", "items": {"anyOf": [{"type": "integer"}, {"type": "null"}]}}, {"type": "null"}]
+        },
+        "d": {"type": "null"},
+    }
+
+
+def test_dicts_sets_and_any_are_described() -> None:
+    def f(counts: dict[str, int], labels: set[str], anything: Any, raw: dict) -> str:  # type: ignore[type-arg]
+        return ""
+
+    assert _properties(f) == {
+        "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "labels": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+        "anything": {},
+        "raw": {"type": "object"},
+    }
+
+
+def test_a_type_defined_inside_a_function_is_found_despite_postponed_annotations() -> None:
+    # This module has `from __future__ import annotations`: hints are strings, and Mode and
+    # Point exist only in this function's frame.
+    Mode = Literal["fast", "full"]
+
+    class Point:
+        pass
+
+    @agent.tool
+    def f(mode: Mode) -> str:
+        return mode
+
+    @agent.tool(name="g")
+    def g(mode: list[Mode]) -> str:
+        return ""
+
+    assert f.input_schema["properties"] == {"mode": {"enum": ["fast", "full"]}}
+    assert g.input_schema["properties"] == {"mode": {"type": "array", "items": {"enum": ["fast", "full"]}}}
+
+    def h(where: Point) -> str:
+        return ""
+
+    # Found, then refused for what it is, not for a name it cannot find.
+    with pytest.raises(TypeError, match=r"h's parameter 'where': <class '.*Point'> has no JSON schema"):
+        agent.tool(h)
+
+
+def test_a_hint_that_does_not_evaluate_names_the_parameter() -> None:
+    def f(ok: int, bad: Missing) -> str:  # type: ignore[name-defined]  # noqa: F821
+        return ""
+
+    with pytest.raises(TypeError, match="cannot evaluate the type hint of f's parameter 'bad': name 'Missing'"):
+        agent.tool(f)
+
+
+def _star_args(query: str, *rest: str) -> str:
+    return query
+
+
+def _star_kwargs(query: str, **extra: str) -> str:
+    return query
+
+
+def _positional_only(query: str, /) -> str:
+    return query
+
+
+def _bytes_arg(data: bytes) -> str:
+    return ""
+
+
+def _int_keys(table: dict[int, str]) -> str:
+    return ""
+
+
+def _bytes_literal(tag: Literal[b"x"]) -> str:
+    return ""
+
+
+@pytest.mark.parametrize(
+    ("fn", "complaint"),
+    [
+        (_star_args, r"_star_args's parameter \*rest: the model's arguments are one JSON object"),
+        (_star_kwargs, r"_star_kwargs's parameter \*\*extra: the model's arguments are one JSON object"),
+        (_positional_only, "_positional_only's parameter 'query' by name"),
+        (_bytes_arg, "_bytes_arg's parameter 'data': <class 'bytes'> has no JSON schema"),
+        (_int_keys, "_int_keys's parameter 'table': .* has keys of <class 'int'>, but JSON keys are str"),
+        (_bytes_literal, "_bytes_literal's parameter 'tag': .* holds a value that is not JSON's"),
+    ],
+)
+def test_what_json_schema_cannot_say_is_refused_at_decoration(fn: Callable[..., str], complaint: str) -> None:
+    with pytest.raises(TypeError, match=complaint):
+        agent.tool(fn)
+
+
+def test_a_scripted_reply_function_returning_a_non_message_is_a_type_error() -> None:
+    endpoint = ScriptedEndpoint([lambda request: "just text"])  # type: ignore[list-item,return-value]
+    request = agent.ModelRequest("", (agent.Message.user("hi"),), (), 100)
+    with pytest.raises(TypeError, match="scripted reply 1 is a function that returned str, not a Message: 'just text'"):
+        endpoint.complete(request)
+    with pytest.raises(TypeError, match="scripted reply 1 must be a Message or a function returning one, got str"):
+        ScriptedEndpoint(["just text"])  # type: ignore[list-item]
 
 
 def _use(name: str, arguments: str) -> agent.Content:

@@ -18,11 +18,19 @@ class ScriptedEndpoint:
     A reply is an assistant :class:`Message`, or a callable that takes the
     :class:`ModelRequest` and returns one (so replies can depend on what tools returned).
     Every request seen is kept in ``requests``. Running out of replies is an
-    :class:`EndpointError`, as a provider's failure would be.
+    :class:`EndpointError`, as a provider's failure would be; a reply that is not a
+    ``Message`` (or a function that returns something else) is the script's mistake, a
+    ``TypeError``.
     """
 
     def __init__(self, replies: Iterable[Reply]) -> None:
         self._replies = list(replies)
+        for index, reply in enumerate(self._replies):
+            if not isinstance(reply, Message) and not callable(reply):
+                raise TypeError(
+                    f"scripted reply {index + 1} must be a Message or a function returning one, "
+                    f"got {type(reply).__name__}: {reply!r:.80}"
+                )
         self._lock = threading.Lock()
         self.requests: list[ModelRequest] = []
 
@@ -35,6 +43,12 @@ class ScriptedEndpoint:
             raise EndpointError(f"the script has {len(self._replies)} replies; request {index + 1} has none")
         reply = self._replies[index]
         message = reply if isinstance(reply, Message) else reply(request)
+        if not isinstance(message, Message):
+            # The script's author's mistake, not a provider's failure: a TypeError, as for any bad argument.
+            raise TypeError(
+                f"scripted reply {index + 1} is a function that returned {type(message).__name__}, "
+                f"not a Message: {message!r:.80}"
+            )
         if message.role is not Role.ASSISTANT:
             raise EndpointError(f"scripted reply {index + 1} is a {message.role.value} message")
         calls_tools = any(c.type is ContentType.TOOL_USE for c in message.content)
