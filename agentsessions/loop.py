@@ -19,7 +19,7 @@ from agentsessions.holding import Hold
 from agentsessions.messages import Content, ContentType, Message, Role
 from agentsessions.runs import RunState
 from agentsessions.spec import Spec, StopReason
-from agentsessions.tools import call
+from agentsessions.tools import Tool, call
 
 EventSink = Callable[[ev.Event], object]
 
@@ -155,7 +155,7 @@ class ReactLoop:
         redo = {
             r.tool_use_id
             for r in results
-            if r.is_error and r.text == IN_DOUBT and getattr(self.tools.get(_name(uses, r)), "idempotent", False)
+            if r.is_error and r.text == IN_DOUBT and _tool_of(self.tools, uses, r).idempotent
         }
         kept = [r for r in results if r.tool_use_id not in redo]
         answered = {r.tool_use_id for r in kept}
@@ -251,6 +251,10 @@ class ReactLoop:
         return ""
 
 
-def _name(uses: list[Content], result: Content) -> str:
-    """The tool name of the call ``result`` answers."""
-    return next((use.name for use in uses if use.id == result.tool_use_id), "")
+_UNKNOWN = Tool("unknown", "", {"type": "object"}, lambda: "")
+
+
+def _tool_of(tools: dict[str, Tool], uses: list[Content], result: Content) -> Tool:
+    """The tool of the call ``result`` answers (one that is not idempotent, when it is unknown)."""
+    name = next((use.name for use in uses if use.id == result.tool_use_id), "")
+    return tools.get(name, _UNKNOWN)
