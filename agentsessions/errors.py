@@ -11,7 +11,11 @@ what the caller must see: bad input, a failing store, network or provider.
     │   ├── SchemaMissingError               the tables are missing; names the schema to run
     │   └── ConflictError                    another run holds or took over the session
     │       └── SessionBusyError             a claim refused: another run's lease is live
-    ├── EndpointError                        the model provider answered with an error
+    ├── EndpointError                        the model provider gave no answer this library can use
+    │   ├── EndpointTransportError (ConnectionError)   no answer: refused, reset, dropped, cut short
+    │   │   └── EndpointTimeoutError (TimeoutError)    no answer in time, connecting or reading
+    │   ├── EndpointStatusError              the provider answered with an error: status, type, request_id
+    │   └── EndpointDecodingError            an answer that is not the provider's format
     ├── RunError                             a run failed; carries the partial Result
     └── RunFinishedError (RuntimeError)      a steer for a run that has already finished
 """
@@ -57,17 +61,43 @@ class SessionBusyError(ConflictError):
 
 
 class EndpointError(AgentSessionsError):
-    """The model provider answered with an error, reported as the provider gave it.
+    """The model provider gave no answer this library can use; the subclasses say why.
 
     ``status`` is the HTTP status (0 when no response arrived), ``type`` the provider's
-    error type and ``message`` its message. Neither keys nor request bodies are included.
+    error type, ``message`` its message and ``request_id`` the id the provider gave the
+    request (``""`` when it gave none). Neither keys nor request bodies are included.
     """
 
-    def __init__(self, message: str, *, status: int = 0, type: str = "") -> None:
+    def __init__(self, message: str, *, status: int = 0, type: str = "", request_id: str = "") -> None:
         super().__init__(f"{status} {type}: {message}" if status else message)
         self.status = status
         self.type = type
         self.message = message
+        self.request_id = request_id
+
+
+class EndpointTransportError(EndpointError, ConnectionError):
+    """No complete answer arrived: refused, reset, dropped, or a stream cut short.
+
+    ``status`` is 0 and ``__cause__`` is the HTTP library's error. Whether the provider
+    did (and billed) the work is unknown.
+    """
+
+
+class EndpointTimeoutError(EndpointTransportError, TimeoutError):
+    """No answer in time: the connect timeout passed, or the server was silent for the read timeout."""
+
+
+class EndpointStatusError(EndpointError):
+    """The provider answered with an error: a status of 300 or more, or an error event in a stream.
+
+    ``type`` and ``message`` are the provider's words; ``request_id`` is the one to quote
+    to its support. For an error event inside a stream ``status`` is the stream's own (200).
+    """
+
+
+class EndpointDecodingError(EndpointError):
+    """An answer arrived that is not the provider's format (not JSON, fields missing); ``status`` is its own."""
 
 
 class RunError(AgentSessionsError):

@@ -4,9 +4,10 @@
         endpoint = AnthropicEndpoint("claude-test", api_key=KEY, base_url=fake.origin)
 
 Replies are written as the API's content blocks. Streamed, a tool call's input goes out
-as pieces of ``json.dumps(input, ensure_ascii=False)``, the same text the non-streamed
-answer's object serialises to, so the two transcripts must come out identical (the real
-API's stream writes its JSON with the same ``", "`` and ``": "`` separators).
+as pieces of ``dumps(input, ensure_ascii=False)``, the same text the non-streamed
+answer's object serialises to (an infinite float is the number ``1e999`` in both), so
+the two transcripts must come out identical (the real API's stream writes its JSON with
+the same ``", "`` and ``": "`` separators).
 
 The checks are the ones the real API makes on what this library sends: the key and
 version headers, roles that alternate, tool results that answer the tool calls just
@@ -21,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import attrs
-from fake_server import Fail, FakeServer, Handler, Rejected, pieces
+from fake_server import Fail, FakeServer, Handler, Rejected, dumps, pieces
 
 PREFILL_REFUSED = (
     "This model does not support assistant message prefill. The conversation must end with a user message."
@@ -40,10 +41,15 @@ def tool_use(id: str, name: str, input: dict[str, Any]) -> dict[str, Any]:
 
 @attrs.frozen
 class Reply:
-    """What the scripted model answers; ``cut_after``/``error_after`` break a stream after that many events."""
+    """What the scripted model answers; ``cut_after``/``error_after`` break a stream after that many events.
+
+    ``silent_stop`` leaves the stop reason out: ``null`` in a whole answer, and no
+    ``message_delta`` event in a stream, as a proxy or a truncated recording may.
+    """
 
     content: Sequence[dict[str, Any]]
     stop_reason: str | None = None
+    silent_stop: bool = False
     input_tokens: int = 11
     output_tokens: int = 7
     cut_after: int | None = None
@@ -64,9 +70,9 @@ class FakeAnthropic(FakeServer):
         self.prefill = prefill
         self._ids = 0
 
-    def error_body(self, fail: Fail, param: str | None) -> object:
+    def error_body(self, fail: Fail, param: str | None, request_id: str) -> object:
         """``{"type": "error", "error": {...}, "request_id": ...}``."""
-        return {"type": "error", "error": {"type": fail.type, "message": fail.message}, "request_id": "req_fake"}
+        return {"type": "error", "error": {"type": fail.type, "message": fail.message}, "request_id": request_id}
 
     def check(self, headers: dict[str, str], body: dict[str, Any]) -> None:
         """The real API's refusals, for what a client can get wrong."""
@@ -149,12 +155,12 @@ class FakeAnthropic(FakeServer):
             "role": "assistant",
             "model": body["model"],
             "content": list(answer.content),
-            "stop_reason": answer.stop_reason or _stop_reason(answer.content),
+            "stop_reason": None if answer.silent_stop else answer.stop_reason or _stop_reason(answer.content),
             "stop_sequence": None,
             "usage": {"input_tokens": answer.input_tokens, "output_tokens": answer.output_tokens},
         }
         if not body.get("stream"):
-            handler.send_json(200, message, {"request-id": "req_fake"})
+            handler.send_json(200, message)
             return
         handler.start_stream()
         for number, event in enumerate(_events(message)):
@@ -164,7 +170,8 @@ class FakeAnthropic(FakeServer):
                 error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
                 handler.send_event(json.dumps(error), "error")
                 return handler.end_stream()
-            handler.send_event(json.dumps(event, ensure_ascii=False), event["type"])
+            if event["type"] != "message_delta" or not answer.silent_stop:
+                handler.send_event(dumps(event, ensure_ascii=False), event["type"])
         handler.end_stream()
 
 
@@ -192,7 +199,7 @@ def _events(message: dict[str, Any]) -> Iterator[dict[str, Any]]:
         else:
             yield {"type": "content_block_start", "index": index, "content_block": {**block, "input": {}}}
             # The API's first input_json_delta is empty; an empty input has no other.
-            streamed = pieces(json.dumps(block["input"], ensure_ascii=False), 6) if block["input"] else []
+            streamed = pieces(dumps(block["input"], ensure_ascii=False), 6) if block["input"] else []
             for piece in ["", *streamed]:
                 json_delta = {"type": "input_json_delta", "partial_json": piece}
                 yield {"type": "content_block_delta", "index": index, "delta": json_delta}

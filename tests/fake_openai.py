@@ -55,6 +55,7 @@ class Reply:
     completion_tokens: int = 5
     cut_after: int | None = None
     error_after: int | None = None
+    repeat_call_head: bool = False  # send each call's id and name again with every piece, as some servers do
 
 
 def _invalid(message: str, param: str | None = None) -> Rejected:
@@ -70,13 +71,14 @@ class FakeOpenAI(FakeServer):
     """The Chat Completions API under ``url`` (``origin + "/v1"``); see the module docstring."""
 
     path = "/v1/chat/completions"
+    request_id_header = "x-request-id"
 
     @property
     def url(self) -> str:
         """The base URL a client is given."""
         return self.origin + "/v1"
 
-    def error_body(self, fail: Fail, param: str | None) -> object:
+    def error_body(self, fail: Fail, param: str | None, request_id: str) -> object:
         """``{"error": {"message", "type", "param", "code"}}``."""
         code = "invalid_api_key" if fail.status == 401 and fail.message != NO_KEY else None
         return {"error": {"message": fail.message, "type": fail.type, "param": param, "code": code}}
@@ -206,7 +208,9 @@ def _chunks(body: dict[str, Any], answer: Reply, finish_reason: str, usage: dict
         first["function"] = {"name": call.name, "arguments": ""}
         yield chunk({"tool_calls": [first]})
         for piece in pieces(call.arguments, 5):
-            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+            head = {"id": call.id, "type": "function"} if answer.repeat_call_head else {}
+            function = {"name": call.name, "arguments": piece} if answer.repeat_call_head else {"arguments": piece}
+            yield chunk({"tool_calls": [{"index": index, **head, "function": function}]})
     yield chunk({}, finish_reason)
     if usage is not None:
         yield json.dumps({**_head(body, "chat.completion.chunk"), "choices": [], "usage": usage})

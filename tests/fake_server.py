@@ -7,12 +7,18 @@ consume nothing. Every request is recorded, rejected or not, with its headers an
 Answers every provider understands are defined here: :class:`Fail` (an error answer in
 the provider's format), :class:`Drop` (close the connection without a word) and
 :class:`Stall` (say nothing for a while, then drop). Each fake adds its own reply type.
+
+Like the real APIs, a fake refuses a body that is not strict JSON (``NaN``, ``Infinity``,
+or a number too large for a double such as ``1e999``), gives every answer a request id
+in its provider's header, and keeps connections alive: :attr:`FakeServer.connections`
+counts the TCP connections it accepted.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import socket
 import threading
 from collections import deque
@@ -68,6 +74,7 @@ class Handler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"  # keep-alive and chunked streams, like the real APIs
     server: _Server
+    extra_headers: dict[str, str]  # set per request by FakeServer.handle: the request id
 
     def do_POST(self) -> None:
         """Every provider call is a POST."""
@@ -78,11 +85,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def send_json(self, status: int, body: object, headers: dict[str, str] | None = None) -> None:
         """Send a whole JSON answer."""
-        data = json.dumps(body).encode()
+        data = dumps(body).encode()
         self.send_response(status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
-        for name, value in (headers or {}).items():
+        for name, value in {**self.extra_headers, **(headers or {})}.items():
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
@@ -93,6 +100,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("content-type", "text/event-stream; charset=utf-8")
         self.send_header("cache-control", "no-cache")
         self.send_header("transfer-encoding", "chunked")
+        for name, value in self.extra_headers.items():
+            self.send_header(name, value)
         self.end_headers()
 
     def send_event(self, data: str, event: str | None = None) -> None:
@@ -112,6 +121,12 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     fake: FakeServer
 
+    def get_request(self) -> tuple[socket.socket, Any]:
+        accepted = super().get_request()
+        with self.fake._lock:
+            self.fake.connections += 1
+        return accepted
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # a client that went away mid-answer (timeouts, drops) is what some tests are about
 
@@ -120,15 +135,18 @@ class FakeServer:
     """A provider's API on an OS-assigned port of 127.0.0.1, answering from ``script``.
 
     Use it as a context manager. Subclasses implement :meth:`check` (authentication and
-    request validation, raising :class:`Rejected`), :meth:`error_body` and :meth:`reply`.
+    request validation, raising :class:`Rejected`), :meth:`error_body` and :meth:`reply`,
+    and name the header that carries the request id.
     """
 
     path = "/"
+    request_id_header = "request-id"
 
     def __init__(self, script: Iterable[object] = (), *, api_key: str) -> None:
         self.api_key = api_key
         self.script: deque[object] = deque(script)
         self.requests: list[Seen] = []
+        self.connections = 0
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._server = _Server(("127.0.0.1", 0), Handler)
@@ -164,12 +182,14 @@ class FakeServer:
         length = int(handler.headers.get("content-length") or 0)
         raw = handler.rfile.read(length)
         try:
-            body = json.loads(raw)
+            body = json.loads(raw, parse_constant=_not_json, parse_float=_finite)
         except ValueError:
             body = None
         headers = {name.lower(): value for name, value in handler.headers.items()}
         with self._lock:
             self.requests.append(Seen(handler.path, headers, body))
+            request_id = f"req_fake{len(self.requests):04d}"
+        handler.extra_headers = {self.request_id_header: request_id}
         try:
             if handler.path != self.path:
                 raise Rejected(404, "not_found_error", f"Not found: {handler.path}")
@@ -177,17 +197,17 @@ class FakeServer:
                 raise Rejected(400, "invalid_request_error", "The request body is not valid JSON.")
             self.check(headers, body)
         except Rejected as rejected:
-            handler.send_json(rejected.fail.status, self.error_body(rejected.fail, rejected.param))
+            handler.send_json(rejected.fail.status, self.error_body(rejected.fail, rejected.param, request_id))
             return
         with self._lock:
             answer = self.script.popleft() if self.script else Fail(500, "api_error", "the fake has no answer left")
-        self.answer(handler, body, answer)
+        self.answer(handler, body, answer, request_id)
 
-    def answer(self, handler: Handler, body: dict[str, Any], answer: object) -> None:
+    def answer(self, handler: Handler, body: dict[str, Any], answer: object, request_id: str) -> None:
         """Send ``answer``, one of the shared kinds or the subclass's reply."""
         if isinstance(answer, Fail):
             headers = {"retry-after": answer.retry_after} if answer.retry_after is not None else {}
-            handler.send_json(answer.status, self.error_body(answer, None), headers)
+            handler.send_json(answer.status, self.error_body(answer, None, request_id), headers)
         elif isinstance(answer, Drop):
             self.drop(handler)
         elif isinstance(answer, Stall):
@@ -207,13 +227,73 @@ class FakeServer:
         """Raise :class:`Rejected` for what the real API refuses."""
         raise NotImplementedError
 
-    def error_body(self, fail: Fail, param: str | None) -> object:
+    def error_body(self, fail: Fail, param: str | None, request_id: str) -> object:
         """The provider's JSON error body."""
         raise NotImplementedError
 
     def reply(self, handler: Handler, body: dict[str, Any], answer: object) -> None:
         """Send a model reply, whole or streamed as ``body`` asks."""
         raise NotImplementedError
+
+
+class RawServer(FakeServer):
+    """Answers every request at ``path`` with one fixed status, headers and body, as a proxy or a local server might."""
+
+    def __init__(self, status: int, body: bytes, headers: dict[str, str] | None = None, *, path: str) -> None:
+        super().__init__([None] * 10, api_key="any")
+        self.path = path
+        self.status, self.raw, self.extra = status, body, headers or {}
+
+    def check(self, headers: dict[str, str], body: dict[str, Any]) -> None:
+        """Everything is accepted."""
+
+    def error_body(self, fail: Fail, param: str | None, request_id: str) -> object:
+        """Never sent: a raw server only answers with its own body."""
+        raise NotImplementedError
+
+    def reply(self, handler: Handler, body: dict[str, Any], answer: object) -> None:
+        """The fixed answer, with a content-length and no request id."""
+        handler.send_response(self.status)
+        handler.send_header("content-length", str(len(self.raw)))
+        for name, value in self.extra.items():
+            handler.send_header(name, value)
+        handler.end_headers()
+        handler.wfile.write(self.raw)
+
+
+def _not_json(constant: str) -> None:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _finite(number: str) -> float:
+    value = float(number)
+    if not math.isfinite(value):
+        raise ValueError(f"{number} is out of range")  # as serde_json and most strict parsers say
+    return value
+
+
+def _raw_numbers(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return _INFINITE[value > 0] if not math.isnan(value) else value
+    if isinstance(value, dict):
+        return {key: _raw_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_raw_numbers(item) for item in value]
+    return value
+
+
+_INFINITE = {True: "\x00+1e999\x00", False: "\x00-1e999\x00"}
+
+
+def dumps(value: Any, *, ensure_ascii: bool = True) -> str:
+    """JSON as a real API writes it: an infinite float as the number ``1e999``, never ``Infinity``.
+
+    ``1e999`` is valid JSON that a model may write; ``Infinity`` is not JSON at all.
+    """
+    text = json.dumps(_raw_numbers(value), ensure_ascii=ensure_ascii)
+    for marker in _INFINITE.values():
+        text = text.replace(json.dumps(marker, ensure_ascii=ensure_ascii), marker.strip("\x00+"))
+    return text
 
 
 def pieces(text: str, size: int = 4) -> list[str]:

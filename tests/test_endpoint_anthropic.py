@@ -123,6 +123,62 @@ def test_a_streamed_tool_input_is_exactly_the_concatenated_pieces(fake: FakeAnth
     assert ask(streaming, agent.Message.user("x")).message.content[0].input == "{}"  # no pieces at all
 
 
+def answered(transcript: list[agent.Message]) -> list[agent.Message]:
+    """``transcript``, which ends with tool calls, followed by a result for each."""
+    results = [agent.Content.tool_result(use.id, "done") for use in transcript[-1].tool_uses]
+    return [*transcript, agent.Message(agent.Role.USER, results)]
+
+
+def test_non_finite_numbers_in_a_tool_input_go_as_null(fake: FakeAnthropic) -> None:
+    # Python's json writes inf and nan as Infinity and NaN, which no JSON parser takes:
+    # the fake, like the API, would refuse the whole request.
+    fake.add(Reply([text("ok")]))
+    odd = '{"x": 1e999, "y": -1e999, "n": NaN, "i": -Infinity, "k": 1.5, "deep": [{"z": 2e400}]}'
+    call = agent.Message(agent.Role.ASSISTANT, [agent.Content.tool_use("toolu_1", "f", odd)])
+    assert ask(endpoint(fake), *answered([agent.Message.user("x"), call])).message.text == "ok"
+    sent = fake.requests[0].body["messages"][1]["content"][0]["input"]
+    assert sent == {"x": None, "y": None, "n": None, "i": None, "k": 1.5, "deep": [{"z": None}]}
+
+
+def test_a_models_non_finite_number_comes_back_as_json_that_can_be_sent(fake: FakeAnthropic) -> None:
+    # The model wrote {"x": 1e999}: valid JSON, but no double holds it (Python reads inf).
+    reply = Reply([tool_use("toolu_1", "f", {"x": float("inf"), "k": 1})])
+    fake.add(reply, reply, Reply([text("ok")]), Reply([text("ok")]))
+    whole = ask(endpoint(fake), agent.Message.user("x")).message
+    streamed = ask(endpoint(fake, stream=True), agent.Message.user("x")).message
+    assert whole.content[0].input == '{"x": null, "k": 1}'  # only the parsed object arrived
+    assert streamed.content[0].input == '{"x": 1e999, "k": 1}'  # the model's own text, verbatim
+    for message in (whole, streamed):
+        assert ask(endpoint(fake), *answered([agent.Message.user("x"), message])).message.text == "ok"
+    assert [seen.body["messages"][1]["content"][0]["input"] for seen in fake.requests[2:]] == [{"x": None, "k": 1}] * 2
+
+
+def test_without_message_delta_no_stop_reason_is_made_up(fake: FakeAnthropic) -> None:
+    reply = Reply([text("hi")], silent_stop=True)
+    fake.add(reply, reply)
+    whole = ask(endpoint(fake), agent.Message.user("x"))
+    streamed = ask(endpoint(fake, stream=True), agent.Message.user("x"))
+    assert whole.message == streamed.message
+    assert whole.stop_reason == streamed.stop_reason == ""
+
+
+@pytest.mark.parametrize("stop_reason", ["refusal", "pause_turn", "stop_sequence"])
+def test_the_stop_reason_is_the_providers_own(fake: FakeAnthropic, stop_reason: str) -> None:
+    fake.add(Reply([text("hi")], stop_reason=stop_reason), Reply([text("hi")], stop_reason=stop_reason))
+    assert ask(endpoint(fake), agent.Message.user("x")).stop_reason == stop_reason
+    assert ask(endpoint(fake, stream=True), agent.Message.user("x")).stop_reason == stop_reason
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+def test_calls_share_one_connection(fake: FakeAnthropic, stream: bool) -> None:
+    # A streamed answer is read to its chunked body's end, so its connection goes back to the pool.
+    fake.add(*[Reply([text("hello"), tool_use("toolu_1", "f", {"a": 1})])] * 4)
+    with endpoint(fake, stream=stream) as claude:
+        for _ in range(4):
+            assert ask(claude, agent.Message.user("x")).message.text == "hello"
+    assert (fake.attempts, fake.connections) == (4, 1)
+
+
 def test_the_text_goes_to_on_text_as_it_arrives(fake: FakeAnthropic) -> None:
     fake.add(Reply([text("abcdefghij")]))
     pieces: list[str] = []

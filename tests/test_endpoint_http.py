@@ -20,12 +20,11 @@ from fake_anthropic import FakeAnthropic, text
 from fake_anthropic import Reply as AnthropicReply
 from fake_openai import Call, FakeOpenAI
 from fake_openai import Reply as OpenAIReply
-from fake_server import Drop, Fail, FakeServer, Handler, Stall
+from fake_server import Drop, Fail, FakeServer, RawServer, Stall
 
 import agentsessions as agent
 from agentsessions import events as ev
-from agentsessions.endpoints import AnthropicEndpoint, EndpointError, OpenAIEndpoint, by_name
-from agentsessions.endpoints._http import ServerSentEvent, parse_sse
+from agentsessions.endpoints import AnthropicEndpoint, EndpointError, EndpointTimeoutError, OpenAIEndpoint, by_name
 
 KEY = "sk-test-4b1d-6e2f-never-print-me-0a9c"
 HI = agent.ModelRequest("", (agent.Message.user("Hi"),))
@@ -100,14 +99,29 @@ def test_a_connection_that_keeps_dropping_is_an_error_without_status(fake: FakeA
 # Timeouts and unreachable servers
 
 
-def test_a_slow_server_times_out(fake: FakeAnthropic) -> None:
+def test_a_post_slower_than_the_read_timeout_is_not_sent_again(fake: FakeAnthropic) -> None:
+    # The request went out: the provider may be doing, and billing, the work already.
+    fake.add(Stall(5), OK)
+    with pytest.raises(EndpointTimeoutError, match="timed out") as caught:
+        claude(fake, timeout=(1, 0.2)).complete(HI)
+    assert caught.value.status == 0 and isinstance(caught.value.__cause__, requests.ReadTimeout)
+    assert fake.attempts == 1
+
+
+def test_read_timeout_retries_are_opt_in(fake: FakeAnthropic) -> None:
+    fake.add(Stall(5), Stall(5), OK)
+    assert claude(fake, timeout=(1, 0.2), retry_read_timeouts=True).complete(HI).message.text == "ok"
+    assert fake.attempts == 3
     fake.add(Stall(5), Stall(5))
-    started = time.monotonic()
-    with pytest.raises(EndpointError, match="timed out") as caught:
-        claude(fake, timeout=(1, 0.2), max_retries=1).complete(HI)
-    assert time.monotonic() - started < 2
-    assert caught.value.status == 0 and isinstance(caught.value.__cause__, requests.RequestException)
-    assert fake.attempts == 2  # a timeout is retried like a drop
+    with pytest.raises(EndpointTimeoutError):
+        claude(fake, timeout=(1, 0.2), retry_read_timeouts=True, max_retries=1).complete(HI)
+    assert fake.attempts == 5
+
+
+def test_what_is_safe_is_still_retried_without_the_option(fake: FakeAnthropic) -> None:
+    fake.add(Drop(), Fail(529, "overloaded_error", "Overloaded", retry_after="0"), OK)
+    assert claude(fake).complete(HI).message.text == "ok"
+    assert fake.attempts == 3
 
 
 def test_a_stream_that_stalls_times_out(fake: FakeAnthropic) -> None:
@@ -136,25 +150,8 @@ def test_timeouts_must_be_finite(timeout: object) -> None:
 # Error bodies that are not the provider's JSON
 
 
-class _Raw(FakeServer):
-    """Answers every request with a fixed status and body, as a proxy or a local server might."""
-
-    path = "/v1/chat/completions"
-
-    def __init__(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
-        super().__init__(api_key=KEY)
-        self.status, self.raw, self.extra = status, body, headers or {}
-
-    def check(self, headers: dict[str, str], body: dict[str, object]) -> None:
-        pass
-
-    def reply(self, handler: Handler, body: dict[str, object], answer: object) -> None:
-        handler.send_response(self.status)
-        handler.send_header("content-length", str(len(self.raw)))
-        for name, value in self.extra.items():
-            handler.send_header(name, value)
-        handler.end_headers()
-        handler.wfile.write(self.raw)
+def raw(status: int, body: bytes, headers: dict[str, str] | None = None) -> RawServer:
+    return RawServer(status, body, headers, path="/v1/chat/completions")
 
 
 @pytest.mark.parametrize(
@@ -167,8 +164,7 @@ class _Raw(FakeServer):
     ],
 )
 def test_compatible_servers_errors_keep_their_message(status: int, body: bytes, message: str, kind: str) -> None:
-    with _Raw(status, body) as server:
-        server.add(None)
+    with raw(status, body) as server:
         endpoint = OpenAIEndpoint("qwen", api_key=KEY, base_url=server.origin + "/v1", max_retries=0)
         with pytest.raises(EndpointError) as caught:
             endpoint.complete(HI)
@@ -176,19 +172,24 @@ def test_compatible_servers_errors_keep_their_message(status: int, body: bytes, 
 
 
 def test_an_answer_that_is_not_the_provider_s_format_is_an_endpoint_error() -> None:
-    with _Raw(200, b'{"choices": []}') as server:
-        server.add(None)
-        with pytest.raises(EndpointError, match="cannot read"):
-            OpenAIEndpoint("qwen", api_key=KEY, base_url=server.origin + "/v1").complete(HI)
+    with raw(200, b'{"choices": []}') as server, pytest.raises(EndpointError, match="cannot read"):
+        OpenAIEndpoint("qwen", api_key=KEY, base_url=server.origin + "/v1").complete(HI)
+
+
+def test_an_answer_without_a_finish_reason_has_no_stop_reason() -> None:
+    body = b'{"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}]}'
+    with raw(200, body) as server:
+        response = OpenAIEndpoint("qwen", api_key=KEY, base_url=server.origin + "/v1").complete(HI)
+    assert (response.message.text, response.stop_reason) == ("hi", "")
 
 
 def test_a_redirect_is_reported_not_followed(fake: FakeAnthropic) -> None:
     # Following it would carry x-api-key to another host (requests strips only Authorization).
-    with _Raw(307, b"", {"location": fake.origin + "/v1/messages"}) as redirecting:
-        redirecting.path = "/v1/messages"
-        redirecting.add(None)
-        with pytest.raises(EndpointError, match=re.escape(f"redirected to {fake.origin}/v1")) as caught:
-            AnthropicEndpoint("m", api_key=KEY, base_url=redirecting.origin).complete(HI)
+    with (
+        RawServer(307, b"", {"location": fake.origin + "/v1/messages"}, path="/v1/messages") as redirecting,
+        pytest.raises(EndpointError, match=re.escape(f"redirected to {fake.origin}/v1")) as caught,
+    ):
+        AnthropicEndpoint("m", api_key=KEY, base_url=redirecting.origin).complete(HI)
     assert caught.value.status == 307 and fake.attempts == 0
 
 
@@ -202,37 +203,6 @@ def test_a_callers_session_is_used_as_it_is_and_left_open(fake: FakeAnthropic) -
         endpoint.complete(HI)  # the caller's session has no retrying adapter: one attempt
     assert fake.attempts == 1
     assert endpoint.complete(HI).message.text == "ok"  # close() left the caller's session usable
-
-
-# Server-sent events
-
-
-def events(*chunks: bytes) -> list[tuple[str, str]]:
-    return [(e.event, e.data) for e in parse_sse(chunks)]
-
-
-def test_sse_lines_may_end_in_crlf_lf_or_cr_and_be_cut_anywhere() -> None:
-    stream = b"event: a\r\ndata: 1\r\n\r\ndata: 2\n\ndata: 3\r\rdata: 4\r\n\r\n"
-    expected = [("a", "1"), ("message", "2"), ("message", "3"), ("message", "4")]
-    assert events(stream) == expected
-    for cut in range(len(stream)):
-        assert events(stream[:cut], stream[cut:]) == expected, cut
-    assert events(*[bytes([b]) for b in stream]) == expected
-
-
-def test_sse_multiline_data_comments_and_unknown_fields() -> None:
-    stream = b": keep-alive\ndata: first\ndata:second\nid: 7\nretry: 10\nfoo\ndata\n\n"
-    assert events(stream) == [("message", "first\nsecond\n")]
-
-
-def test_sse_utf8_split_between_chunks_and_raw_line_separators_in_data() -> None:
-    raw = 'data: {"t": "ü\u2028✓\x85"}\n\n'.encode()
-    assert events(raw[:9], raw[9:11], raw[11:]) == [("message", '{"t": "ü\u2028✓\x85"}')]
-
-
-def test_sse_an_event_without_its_blank_line_is_dropped() -> None:
-    assert events(b"data: done\n\ndata: cut") == [("message", "done")]
-    assert list(parse_sse([b"data: x\n\n"])) == [ServerSentEvent("message", "x")]
 
 
 # The key stays secret
@@ -296,6 +266,47 @@ def test_the_key_appears_in_no_event_log_repr_or_error(provider: Provider, caplo
     assert any("agentsessions.endpoints" in record.name for record in caplog.records)
     for text_ in [*seen, *logged]:
         assert KEY not in text_
+
+
+BAD_KEYS = {
+    "newline at the end": KEY + "\n",
+    "CRLF at the end": KEY + "\r\n",
+    "space at the start": " " + KEY,
+    "tab inside": KEY[:10] + "\t" + KEY[10:],
+    "DEL inside": KEY[:10] + "\x7f" + KEY[10:],
+    "escape inside": KEY[:10] + "\x1b" + KEY[10:],
+    "non-ASCII inside": KEY[:10] + "é" + KEY[10:],
+}
+
+
+def shows_the_key(text: str) -> bool:
+    """Whether ``text`` holds the key or any six characters of it in a row."""
+    return any(KEY[i : i + 6] in text for i in range(len(KEY) - 5))
+
+
+@pytest.mark.parametrize("bad", BAD_KEYS.values(), ids=BAD_KEYS.keys())
+@pytest.mark.parametrize(
+    ("endpoint", "variable"), [(AnthropicEndpoint, "ANTHROPIC_API_KEY"), (OpenAIEndpoint, "OPENAI_API_KEY")]
+)
+def test_a_key_with_whitespace_or_control_characters_is_refused_by_name(
+    endpoint: type[agent.Endpoint], variable: str, bad: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(variable, bad)
+    with pytest.raises(ValueError, match=f"^the environment variable {variable} holds an API key with ") as caught:
+        endpoint("m")  # type: ignore[call-arg]
+    from_environment = caught.value
+    with pytest.raises(ValueError, match=r"^api_key holds an API key with ") as caught:
+        endpoint("m", api_key=bad)  # type: ignore[call-arg]
+    for error in (from_environment, caught.value):
+        shown = "".join(traceback.format_exception(error)) + repr(error) + repr(error.args)
+        assert not shows_the_key(shown), shown
+    assert not shows_the_key("oops: api_key holds an API key with whitespace at its end")  # the check can fail
+
+
+def test_a_header_value_that_requests_would_quote_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="'x-portkey-api-key'") as caught:
+        AnthropicEndpoint("m", api_key=KEY, headers={"x-portkey-api-key": KEY + "\n"})
+    assert not shows_the_key("".join(traceback.format_exception(caught.value)))
 
 
 def test_the_key_cannot_be_pickled_or_printed() -> None:

@@ -116,6 +116,28 @@ def test_streaming_and_not_give_the_same_response(fake: FakeOpenAI, reply: Reply
     assert "stream" not in fake.requests[0].body and "stream_options" not in fake.requests[0].body
 
 
+def test_a_server_repeating_each_calls_id_and_name_is_read_once(fake: FakeOpenAI) -> None:
+    calls = [Call("call_1", "get", '{"city": "Zürich", "days": 3}'), Call("call_2", "put", "{}")]
+    fake.add(Reply(None, calls), Reply(None, calls, repeat_call_head=True))
+    whole = ask(endpoint(fake), agent.Message.user("x"))
+    streamed = ask(endpoint(fake, stream=True), agent.Message.user("x"))
+    assert streamed == whole
+    assert [(use.id, use.name, use.input) for use in streamed.message.tool_uses] == [
+        ("call_1", "get", '{"city": "Zürich", "days": 3}'),
+        ("call_2", "put", "{}"),
+    ]
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+def test_calls_share_one_connection(fake: FakeOpenAI, stream: bool) -> None:
+    # A streamed answer is read past [DONE] to its chunked body's end, so its connection is reused.
+    fake.add(*[Reply("hello", [Call("call_1", "f", '{"a": 1}')])] * 4)
+    with endpoint(fake, stream=stream) as gpt:
+        for _ in range(4):
+            assert ask(gpt, agent.Message.user("x")).message.text == "hello"
+    assert (fake.attempts, fake.connections) == (4, 1)
+
+
 def test_the_text_goes_to_on_text_as_it_arrives(fake: FakeOpenAI) -> None:
     fake.add(Reply("abcdefghij"))
     pieces: list[str] = []

@@ -3,7 +3,11 @@
     from agentsessions.endpoints import AnthropicEndpoint, OpenAIEndpoint, by_name
 
 ``AnthropicEndpoint`` and ``OpenAIEndpoint`` are imported on first use, so importing
-this package for ``ScriptedEndpoint`` does not import ``requests``.
+this package for ``ScriptedEndpoint`` does not import ``requests``. Failures raise the
+``EndpointError`` tree (see :mod:`agentsessions.errors`): ``EndpointTransportError``
+(also a ``ConnectionError``) and its ``EndpointTimeoutError`` (also a ``TimeoutError``)
+when no answer came, ``EndpointStatusError`` when the provider answered with an error,
+``EndpointDecodingError`` when the answer made no sense.
 """
 
 from __future__ import annotations
@@ -13,13 +17,29 @@ from typing import TYPE_CHECKING, Any
 
 from agentsessions.endpoint import Endpoint
 from agentsessions.endpoints.scripted import ScriptedEndpoint
-from agentsessions.errors import EndpointError
+from agentsessions.errors import (
+    EndpointDecodingError,
+    EndpointError,
+    EndpointStatusError,
+    EndpointTimeoutError,
+    EndpointTransportError,
+)
 
 if TYPE_CHECKING:
     from agentsessions.endpoints.anthropic import AnthropicEndpoint
     from agentsessions.endpoints.openai import OpenAIEndpoint
 
-__all__ = ["AnthropicEndpoint", "EndpointError", "OpenAIEndpoint", "ScriptedEndpoint", "by_name"]
+__all__ = [
+    "AnthropicEndpoint",
+    "EndpointDecodingError",
+    "EndpointError",
+    "EndpointStatusError",
+    "EndpointTimeoutError",
+    "EndpointTransportError",
+    "OpenAIEndpoint",
+    "ScriptedEndpoint",
+    "by_name",
+]
 
 _LAZY = {
     "AnthropicEndpoint": "agentsessions.endpoints.anthropic",

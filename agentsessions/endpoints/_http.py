@@ -1,33 +1,49 @@
-"""What the HTTP endpoints share: the session, retries, timeouts, error mapping and SSE.
+"""What the HTTP endpoints share: the session, retries, timeouts, errors, and reading answers.
 
-Every request goes through :class:`HTTPClient.post`, which either returns a 2xx
-response or raises :class:`~agentsessions.errors.EndpointError`:
+Every request goes through :class:`HTTPClient.post`, and every answer through
+:meth:`HTTPClient.read_whole` or :meth:`HTTPClient.read_stream`. They return the
+provider's answer or raise one of the :class:`~agentsessions.errors.EndpointError` tree:
 
-- a provider's error response keeps its HTTP status, error type and message;
-- no response at all (refused, dropped, timed out) is ``status=0``, chained ``from``
-  the ``requests`` exception.
+- no complete answer (refused, reset, dropped, cut short): :class:`EndpointTransportError`,
+  ``status=0``, chained ``from`` the ``requests`` exception; :class:`EndpointTimeoutError`
+  when it was a timeout;
+- the provider's error answer, or an error event inside a stream: :class:`EndpointStatusError`
+  with its HTTP status, error type, message and request id;
+- an answer that is not the provider's format: :class:`EndpointDecodingError`.
 
-Nothing here ever logs, formats or raises a header value or a request body: the
-API key travels only in the headers handed to ``post``.
+Nothing here ever logs, formats or raises a header value or a request body: the API
+key travels only in the headers handed to ``post``, and keys and headers are checked
+when an endpoint is made, so ``requests`` never has a reason to quote one.
 """
 
 from __future__ import annotations
 
-import codecs
+import abc
 import json
 import logging
-import os
-import re
+import math
 import time
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Self, cast
+from collections.abc import Callable, Iterator, Mapping
+from types import TracebackType
+from typing import Any, ClassVar, Protocol, Self, TypedDict, cast
 
-import attrs
 import requests
 from requests.adapters import HTTPAdapter
+from urllib3.connectionpool import ConnectionPool
+from urllib3.exceptions import ReadTimeoutError
+from urllib3.response import BaseHTTPResponse
 from urllib3.util.retry import Retry
 
-from agentsessions.errors import EndpointError
+from agentsessions.endpoint import ModelRequest, ModelResponse
+from agentsessions.endpoints._headers import check_headers, resolve_key
+from agentsessions.endpoints._sse import ServerSentEvent, parse_sse
+from agentsessions.errors import (
+    EndpointDecodingError,
+    EndpointError,
+    EndpointStatusError,
+    EndpointTimeoutError,
+    EndpointTransportError,
+)
 
 log = logging.getLogger("agentsessions.endpoints")
 
@@ -40,58 +56,52 @@ DEFAULT_TIMEOUT: tuple[float, float] = (5.0, 600.0)
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 529})
 """Answers worth another try: timeouts, rate limits, server trouble, and Anthropic's overload."""
 
+MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError)
+"""What reading a provider's JSON raises when a field is missing or of another type."""
+
 _MAX_ERROR_TEXT = 500
-_LINE_END = re.compile(r"\r\n|\r|\n")
+_REQUEST_ID_HEADERS = ("request-id", "x-request-id")  # Anthropic's, then OpenAI's and most gateways'
 
 
-class Secret:
-    """A credential that never shows itself: its repr and str are a placeholder.
-
-    Kept inside the endpoints instead of the plain key, so a debugger, a ``vars()`` dump
-    or an f-string cannot print it by accident; only :meth:`reveal` gives it out.
-    """
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        """The credential itself, for the one header that carries it."""
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('<hidden>')"
-
-    __str__ = __repr__
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        raise TypeError("an API key is not pickled; construct the endpoint again where it is needed")
-
-
-def resolve_key(given: str | None, env_var: str) -> Secret:
-    """``given``, else the environment variable; a clear ``ValueError`` naming it when both are missing."""
-    key = given if given is not None else os.environ.get(env_var)
-    if not key:
-        raise ValueError(f"no API key: pass api_key=... or set the environment variable {env_var}")
-    if not isinstance(key, str):
-        raise TypeError(f"api_key must be a str, got {type(key).__name__}")
-    return Secret(key)
+# Retries
 
 
 class _Retry(Retry):
     # urllib3 also retries 413 and 503 whenever they carry Retry-After; we retry exactly the
     # statuses above, so a request that is too large fails at once instead of after a wait.
     RETRY_AFTER_STATUS_CODES = frozenset()
+    retry_read_timeouts = False
+
+    def new(self, **kw: Any) -> Self:
+        retry = super().new(**kw)
+        retry.retry_read_timeouts = self.retry_read_timeouts
+        return retry
+
+    def increment(
+        self,
+        method: str | None = None,
+        url: str | None = None,
+        response: BaseHTTPResponse | None = None,
+        error: Exception | None = None,
+        _pool: ConnectionPool | None = None,
+        _stacktrace: TracebackType | None = None,
+    ) -> Self:
+        if isinstance(error, ReadTimeoutError) and method == "POST" and not self.retry_read_timeouts:
+            # The request went out and may be running still: sending it again may pay for it twice.
+            raise error.with_traceback(_stacktrace)
+        return super().increment(method, url, response, error, _pool, _stacktrace)
 
 
-def retry_policy(max_retries: int, backoff: float, max_wait: float) -> Retry:
+def retry_policy(max_retries: int, backoff: float, max_wait: float, *, read_timeouts: bool = False) -> Retry:
     """The urllib3 ``Retry`` every endpoint mounts: POST included, Retry-After honoured.
 
-    ``backoff`` is urllib3's factor (waits of 0, 2·backoff, 4·backoff... seconds) and
-    ``max_wait`` caps both that and any Retry-After the server asks for.
+    Retried: connections that fail or drop before an answer, and the statuses in
+    :data:`RETRY_STATUSES`. A read timeout (the request went out, no answer came in
+    time) only with ``read_timeouts``, since the provider may have done, and billed,
+    the work. ``backoff`` is urllib3's factor (waits of 0, 2·backoff, 4·backoff...
+    seconds) and ``max_wait`` caps both that and any Retry-After the server asks for.
     """
-    return _Retry(
+    retry = _Retry(
         total=max_retries,
         backoff_factor=backoff,
         backoff_max=max_wait,
@@ -103,6 +113,8 @@ def retry_policy(max_retries: int, backoff: float, max_wait: float) -> Retry:
         # Once retries run out, hand back the last answer so its error body reaches the caller.
         raise_on_status=False,
     )
+    retry.retry_read_timeouts = read_timeouts
+    return retry
 
 
 def _check_timeout(timeout: object) -> Timeout:
@@ -112,6 +124,42 @@ def _check_timeout(timeout: object) -> Timeout:
     ):
         raise ValueError(f"timeout must be a positive number of seconds or a (connect, read) pair, got {timeout!r}")
     return cast(Timeout, timeout)
+
+
+# JSON
+
+
+def _finite_or_none(number: str) -> float | None:
+    value = float(number)
+    return value if math.isfinite(value) else None
+
+
+def load_json(text: str | bytes) -> Any:
+    """JSON as Python, where a number a double cannot hold (``1e999``) and ``NaN``/``Infinity`` are ``None``.
+
+    So nothing read can be written back as ``Infinity``, which is not JSON.
+    """
+    return json.loads(text, parse_float=_finite_or_none, parse_constant=lambda _: None)
+
+
+# Reading answers
+
+
+class Assembly(Protocol):
+    """A provider's answer being put together from stream events; :meth:`HTTPClient.read_stream` drives it."""
+
+    @property
+    def done(self) -> bool:
+        """The provider's last event arrived (OpenAI's streams end instead with ``[DONE]``)."""
+        ...
+
+    def feed(self, data: Mapping[str, Any]) -> str:
+        """Take one event's data; return the text it adds (``""`` for none). Raises one of :data:`MALFORMED`."""
+        ...
+
+    def response(self) -> ModelResponse:
+        """The finished answer."""
+        ...
 
 
 class HTTPClient:
@@ -129,19 +177,15 @@ class HTTPClient:
         *,
         session: requests.Session | None,
         timeout: Timeout,
-        max_retries: int,
-        backoff: float,
-        max_retry_wait: float,
+        retry: Retry,
     ) -> None:
-        if not isinstance(max_retries, int) or max_retries < 0:
-            raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
         self.provider = provider
         self.base_url = base_url.rstrip("/")
         self.timeout = _check_timeout(timeout)
         self.owns_session = session is None
         if session is None:
             session = requests.Session()
-            adapter = HTTPAdapter(max_retries=retry_policy(max_retries, backoff, max_retry_wait))
+            adapter = HTTPAdapter(max_retries=retry)
             session.mount("https://", adapter)
             session.mount("http://", adapter)
         self.session = session
@@ -151,8 +195,11 @@ class HTTPClient:
     ) -> requests.Response:
         """POST ``body`` as JSON; return the 2xx response or raise :class:`EndpointError`."""
         url = self.base_url + path
-        # ASCII-only JSON: any str survives, lone surrogates included, whatever the server's charset.
-        data = json.dumps(body).encode("ascii")
+        try:
+            # ASCII-only JSON: any str survives, lone surrogates included, whatever the server's charset.
+            data = json.dumps(body, allow_nan=False).encode("ascii")
+        except ValueError as error:
+            raise ValueError(f"the request to {url} holds a number JSON cannot write (inf or nan)") from error
         started = time.monotonic()
         log.debug("POST %s (%s, stream=%s)", url, self.provider, stream)
         try:
@@ -166,6 +213,9 @@ class HTTPClient:
                 # and it would turn the POST into a GET. A redirect is reported instead.
                 allow_redirects=False,
             )
+        except requests.exceptions.InvalidHeader:
+            # Its message quotes the header's value, which may be a key: neither shown nor chained.
+            raise ValueError(f"requests refused a header of the request to {url}") from None
         except requests.RequestException as error:
             raise transport_error(url, error) from error
         log.debug("%s answered %d in %.2f s", url, response.status_code, time.monotonic() - started)
@@ -174,35 +224,67 @@ class HTTPClient:
                 raise error_from_response(response)
         return response
 
-    def read_json(self, response: requests.Response) -> dict[str, Any]:
-        """The body of a non-streamed answer as a JSON object, or :class:`EndpointError`."""
+    def read_whole(
+        self, response: requests.Response, read: Callable[[Mapping[str, Any]], ModelResponse]
+    ) -> ModelResponse:
+        """A non-streamed answer: its JSON body, turned into a response by the provider's ``read``."""
         try:
             with response:
                 content = response.content
         except requests.RequestException as error:
             raise transport_error(response.url, error) from error
         try:
-            body = json.loads(content)
+            body = load_json(content)
         except ValueError as error:
             raise self.malformed(response.status_code, f"the body is not JSON ({error})") from error
         if not isinstance(body, dict):
             raise self.malformed(response.status_code, "the body is not a JSON object")
-        return body
-
-    def malformed(self, status: int, detail: str, error: Exception | None = None) -> EndpointError:
-        """The error for an answer that does not follow the provider's format; ``detail`` says where."""
-        why = f" ({type(error).__name__}: {error})" if error is not None else ""
-        return EndpointError(f"{self.provider} sent an answer this library cannot read: {detail}{why}", status=status)
-
-    def event_json(self, event: ServerSentEvent, status: int) -> dict[str, Any]:
-        """A streamed event's data as a JSON object, or :class:`EndpointError`."""
         try:
-            body = json.loads(event.data)
+            return read(body)
+        except MALFORMED as error:
+            raise self.malformed(response.status_code, "the answer", error) from error
+
+    def read_stream(
+        self, response: requests.Response, assembly: Assembly, on_text: Callable[[str], object] | None, last: str
+    ) -> ModelResponse:
+        """A streamed answer, each piece of text handed to ``on_text`` as it arrives; ``last`` names its end."""
+        with response:
+            events = iter_sse(response)
+            for event in events:
+                # OpenAI's last event is [DONE], which is not JSON; the Messages API's is message_stop.
+                finished = event.data == "[DONE]"
+                if not finished:
+                    text = self._feed(assembly, event, response)
+                    # Outside _feed: whatever the listener raises is its own error, not a malformed stream.
+                    if text and on_text is not None:
+                        on_text(text)
+                    finished = assembly.done
+                if finished:
+                    _drain(events)
+                    return assembly.response()
+        raise EndpointTransportError(f"the stream from {self.base_url} ended before {last}")
+
+    def _feed(self, assembly: Assembly, event: ServerSentEvent, response: requests.Response) -> str:
+        status = response.status_code
+        try:
+            data = load_json(event.data)
         except ValueError as error:
             raise self.malformed(status, f"a {event.event} event whose data is not JSON ({error})") from error
-        if not isinstance(body, dict):
+        if not isinstance(data, dict):
             raise self.malformed(status, f"a {event.event} event whose data is not a JSON object")
-        return body
+        # Anthropic's error event is {"type": "error", "error": {...}}; OpenAI's chunk is {"error": {...}}.
+        if data.get("type") == "error" or data.get("error"):
+            raise stream_error(data, response)
+        try:
+            return assembly.feed(data)
+        except MALFORMED as error:
+            raise self.malformed(status, f"a {event.event} event", error) from error
+
+    def malformed(self, status: int, detail: str, error: Exception | None = None) -> EndpointDecodingError:
+        """The error for an answer that does not follow the provider's format; ``detail`` says where."""
+        why = f" ({type(error).__name__}: {error})" if error is not None else ""
+        message = f"{self.provider} sent an answer this library cannot read: {detail}{why}"
+        return EndpointDecodingError(message, status=status)
 
     def close(self) -> None:
         """Close the session if this client made it; a caller's session is left open."""
@@ -210,14 +292,106 @@ class HTTPClient:
             self.session.close()
 
 
-class HTTPEndpoint:
-    """What both providers' endpoints share: a model name, an :class:`HTTPClient` and its lifetime.
+def _drain(events: Iterator[ServerSentEvent]) -> None:
+    # Reading the body to its end (the chunked body's last, empty chunk) is what hands the
+    # connection back to the pool; closing it unread would close the connection instead.
+    try:
+        for _ in events:
+            pass
+    except EndpointError:
+        pass  # the answer is whole; the connection is merely not reused
 
-    Use one in a ``with`` block, or call :meth:`close`, to close the HTTP session it made.
+
+class HTTPOptions(TypedDict, total=False):
+    """The constructor options both HTTP endpoints take; see :class:`HTTPEndpoint`."""
+
+    api_key: str | None
+    base_url: str
+    session: requests.Session | None
+    max_tokens: int | None
+    stream: bool
+    timeout: Timeout
+    max_retries: int
+    backoff: float
+    max_retry_wait: float
+    retry_read_timeouts: bool
+    headers: Mapping[str, str] | None
+
+
+class HTTPEndpoint(abc.ABC):
+    """What both providers' endpoints share: the options, the request cycle and the session's lifetime.
+
+    ``api_key`` defaults to the provider's environment variable. ``max_tokens``, when
+    set, replaces the request's own limit. With ``stream=True`` each piece of text goes
+    to ``request.on_text`` as it arrives; the final :class:`ModelResponse` is the same
+    as without streaming. ``timeout`` is seconds, one number or ``(connect, read)``.
+    Failed calls are retried ``max_retries`` times (408, 429, 5xx, 529, and connections
+    that fail or drop before an answer) with exponential ``backoff``, honouring
+    Retry-After up to ``max_retry_wait`` seconds. A request whose answer does not come
+    within the read timeout is not sent again, since the provider may be doing (and
+    billing) the work: ``retry_read_timeouts=True`` sends it again all the same.
+    ``session`` is a ``requests.Session`` of your own (then its adapters decide
+    retries). ``headers`` adds headers. Use one in a ``with`` block, or call
+    :meth:`close`, to close the HTTP session it made.
     """
 
-    model: str
-    _http: HTTPClient
+    provider: ClassVar[str]
+    key_variable: ClassVar[str]
+    default_base_url: ClassVar[str]
+    path: ClassVar[str]
+    last_event: ClassVar[str]
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        session: requests.Session | None = None,
+        max_tokens: int | None = None,
+        stream: bool = False,
+        timeout: Timeout = DEFAULT_TIMEOUT,
+        max_retries: int = 2,
+        backoff: float = 0.5,
+        max_retry_wait: float = 60.0,
+        retry_read_timeouts: bool = False,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        if not isinstance(max_retries, int) or max_retries < 0:
+            raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
+        self.model = model
+        self.max_tokens = max_tokens
+        self.stream = stream
+        self._key = resolve_key(api_key, self.key_variable)
+        self._headers = check_headers(headers or {})
+        retry = retry_policy(max_retries, backoff, max_retry_wait, read_timeouts=retry_read_timeouts)
+        url = self.default_base_url if base_url is None else base_url
+        self._http = HTTPClient(self.provider, url, session=session, timeout=timeout, retry=retry)
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        """Send the transcript to the provider and return the model's answer."""
+        limit = self.max_tokens if self.max_tokens is not None else request.max_tokens
+        body = self._body(request, limit)
+        response = self._http.post(self.path, {**self._headers, **self._auth()}, body, stream=self.stream)
+        if self.stream:
+            return self._http.read_stream(response, self._assembly(), request.on_text, self.last_event)
+        return self._http.read_whole(response, self._read)
+
+    @abc.abstractmethod
+    def _body(self, request: ModelRequest, max_tokens: int) -> dict[str, Any]:
+        """The request's JSON body."""
+
+    @abc.abstractmethod
+    def _auth(self) -> dict[str, str]:
+        """The headers that carry the key."""
+
+    @abc.abstractmethod
+    def _read(self, body: Mapping[str, Any]) -> ModelResponse:
+        """The answer in a non-streamed body."""
+
+    @abc.abstractmethod
+    def _assembly(self) -> Assembly:
+        """A new, empty answer to assemble a stream into."""
 
     @property
     def base_url(self) -> str:
@@ -239,15 +413,26 @@ class HTTPEndpoint:
         self.close()
 
 
-def transport_error(url: str, error: requests.RequestException) -> EndpointError:
-    """``status=0``: no complete answer arrived. The caller chains it ``from error``."""
+# Errors
+
+
+def transport_error(url: str, error: requests.RequestException) -> EndpointTransportError:
+    """No complete answer arrived; a timeout is :class:`EndpointTimeoutError`. The caller chains it ``from error``."""
     timed_out = isinstance(error, requests.Timeout) or "timed out" in str(error).lower()
-    what = "timed out" if timed_out else "failed"
-    return EndpointError(f"the request to {url} {what}: {type(error).__name__}: {error}", status=0)
+    kind, what = (EndpointTimeoutError, "timed out") if timed_out else (EndpointTransportError, "failed")
+    return kind(f"the request to {url} {what}: {type(error).__name__}: {error}", status=0)
 
 
-def error_from_response(response: requests.Response) -> EndpointError:
-    """Turn an error answer into :class:`EndpointError`, keeping the provider's type and message.
+def _request_id(response: requests.Response, body: object) -> str:
+    for name in _REQUEST_ID_HEADERS:
+        if response.headers.get(name):
+            return str(response.headers[name])
+    found = body.get("request_id") if isinstance(body, dict) else None  # Anthropic's error bodies carry it too
+    return found if isinstance(found, str) else ""
+
+
+def error_from_response(response: requests.Response) -> EndpointStatusError:
+    """Turn an error answer into :class:`EndpointStatusError`, keeping the provider's type, message and request id.
 
     Anthropic and OpenAI both send ``{"error": {"type": ..., "message": ...}}``; compatible
     servers sometimes send ``{"error": "text"}`` or ``{"message": ..., "type": ...}``. Anything
@@ -256,80 +441,37 @@ def error_from_response(response: requests.Response) -> EndpointError:
     status = response.status_code
     if 300 <= status < 400:
         where = response.headers.get("location", "nowhere")
-        return EndpointError(f"redirected to {where}; point base_url there if it is right", status=status)
+        message = f"redirected to {where}; point base_url there if it is right"
+        return EndpointStatusError(message, status=status, request_id=_request_id(response, None))
     try:
-        body = json.loads(response.content)
+        body = load_json(response.content)
     except (ValueError, requests.RequestException):
         body = None
+    request_id = _request_id(response, body)
     if isinstance(body, dict):
         error = body.get("error", body)
         if isinstance(error, str):
-            return EndpointError(error, status=status)
+            return EndpointStatusError(error, status=status, request_id=request_id)
         if isinstance(error, dict) and isinstance(error.get("message"), str):
-            kind = error.get("type") or error.get("code") or ""
-            return EndpointError(error["message"], status=status, type=str(kind))
+            kind = str(error.get("type") or error.get("code") or "")
+            return EndpointStatusError(error["message"], status=status, type=kind, request_id=request_id)
     text = response.text.strip() if body is None else json.dumps(body)
-    return EndpointError(text[:_MAX_ERROR_TEXT] or response.reason or "no message", status=status)
+    message = text[:_MAX_ERROR_TEXT] or response.reason or "no message"
+    return EndpointStatusError(message, status=status, request_id=request_id)
 
 
-def stream_error(body: Mapping[str, Any], status: int) -> EndpointError:
+def stream_error(body: Mapping[str, Any], response: requests.Response) -> EndpointStatusError:
     """An ``error`` object that arrived inside a stream, after a 2xx status line."""
     error = body.get("error")
+    status, request_id = response.status_code, _request_id(response, body)
     if isinstance(error, dict):
-        return EndpointError(str(error.get("message", "")), status=status, type=str(error.get("type") or ""))
-    return EndpointError(str(error), status=status)
-
-
-@attrs.frozen
-class ServerSentEvent:
-    """One dispatched event of a ``text/event-stream``: its name (``"message"`` by default) and data."""
-
-    event: str
-    data: str
-
-
-def _lines(chunks: Iterable[bytes]) -> Iterator[str]:
-    decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    buffer = ""
-    for chunk in chunks:
-        buffer += decoder.decode(chunk)
-        start = 0
-        for end in _LINE_END.finditer(buffer):
-            if end.group() == "\r" and end.end() == len(buffer):
-                break  # maybe the first half of a CRLF that the next chunk completes
-            yield buffer[start : end.start()]
-            start = end.end()
-        buffer = buffer[start:]
-    # Only terminated lines count; an unterminated last line is an incomplete event.
-    yield from _LINE_END.split(buffer + decoder.decode(b"", final=True))[:-1]
-
-
-def parse_sse(chunks: Iterable[bytes]) -> Iterator[ServerSentEvent]:
-    """Events from the raw bytes of an event stream, cut anywhere.
-
-    Follows the WHATWG rules the providers rely on: lines end in CRLF, LF or CR (and
-    nothing else, though JSON may hold a raw U+2028); ``data:`` lines join with
-    newlines; a blank line dispatches; a line starting with ``:`` is a comment; ``id``
-    and ``retry`` are ignored. A last event without its blank line is dropped.
-    """
-    event = ""
-    data: list[str] = []
-    for line in _lines(chunks):
-        if not line:
-            if data:
-                yield ServerSentEvent(event or "message", "\n".join(data))
-            event, data = "", []
-            continue
-        name, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if name == "data":
-            data.append(value)
-        elif name == "event":
-            event = value
+        kind = str(error.get("type") or "")
+        return EndpointStatusError(str(error.get("message", "")), status=status, type=kind, request_id=request_id)
+    return EndpointStatusError(str(error), status=status, request_id=request_id)
 
 
 def iter_sse(response: requests.Response) -> Iterator[ServerSentEvent]:
-    """The events of a streamed answer; a broken stream becomes :class:`EndpointError` (``status=0``)."""
+    """The events of a streamed answer; a broken stream becomes :class:`EndpointTransportError`."""
     # chunk_size=None hands over each HTTP chunk as it arrives, which is how the providers
     # flush their events; a stream without chunked encoding arrives whole, and still parses.
     chunks = response.iter_content(chunk_size=None)

@@ -10,119 +10,73 @@ How the transcript maps onto the wire:
 - A tool call's ``input`` is our raw JSON text; the API wants an object, so it is parsed
   on the way out (text that is not a JSON object goes as ``{}``: the tool already told
   the model its arguments were unreadable, and the API refuses anything else).
+- Non-finite numbers: a model may write a number no double can hold (``1e999``), and
+  Python's JSON reader also takes ``NaN`` and ``Infinity``, which are not JSON. Every
+  such number goes to the API as ``null``, never as ``Infinity`` (the API would refuse
+  the whole request, and every later one of the conversation). In a streamed answer
+  the model's text stays as it wrote it (``{"x": 1e999}``, and the tool gets
+  ``float("inf")``); a non-streamed answer holds only the parsed object, where such a
+  number is already ``null``, so its ``input`` reads ``{"x": null}``.
 - Coming back, a streamed ``input`` is exactly the concatenation of the
   ``input_json_delta`` pieces (``"{}"`` when there were none, as the block started with
   an empty object). A non-streamed answer holds a parsed object, so only its
   serialisation can be kept: ``json.dumps(input, ensure_ascii=False)``, whose ``", "``
   and ``": "`` separators are the ones the API's own stream writes.
 - Block types this library does not model (thinking, server tools) are skipped.
+- ``stop_reason`` is the API's own, ``""`` when it gave none (a stream without
+  ``message_delta``, an answer with ``null``): nothing is made up.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Unpack
 
 import attrs
-import requests
 
 from agentsessions.endpoint import ModelRequest, ModelResponse, Usage
-from agentsessions.endpoints._http import (
-    DEFAULT_TIMEOUT,
-    HTTPClient,
-    HTTPEndpoint,
-    Timeout,
-    iter_sse,
-    resolve_key,
-    stream_error,
-)
-from agentsessions.errors import EndpointError
+from agentsessions.endpoints._headers import check_headers
+from agentsessions.endpoints._http import HTTPEndpoint, HTTPOptions, load_json
 from agentsessions.messages import Content, ContentType, Message, Role
 from agentsessions.tools import Tool
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
-_MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError)
 
 
 class AnthropicEndpoint(HTTPEndpoint):
     """Claude through the Messages API.
 
-    ``api_key`` defaults to ``$ANTHROPIC_API_KEY``. ``max_tokens``, when set, replaces
-    the request's own limit. With ``stream=True`` the answer arrives as server-sent
-    events and each piece of text goes to ``request.on_text`` as it comes; the final
-    :class:`ModelResponse` is the same as without streaming. ``timeout`` is seconds,
-    one number or ``(connect, read)``. Failed calls are retried ``max_retries`` times
-    (408, 429, 5xx, 529 and dropped connections) with exponential ``backoff``,
-    honouring Retry-After up to ``max_retry_wait`` seconds. ``session`` is a
-    ``requests.Session`` of your own (then its adapters decide retries). ``headers``
-    adds headers such as ``anthropic-beta``. Provider errors raise :class:`EndpointError`.
+    ``api_key`` defaults to ``$ANTHROPIC_API_KEY``. With ``stream=True`` the answer
+    arrives as server-sent events. ``version`` is the ``anthropic-version`` header, and
+    ``headers`` adds others such as ``anthropic-beta``. The other options
+    (``max_tokens``, ``timeout``, ``max_retries``, ``backoff``, ``max_retry_wait``,
+    ``retry_read_timeouts``, ``session``) are :class:`~agentsessions.endpoints._http.HTTPEndpoint`'s.
+    Failures raise the :class:`~agentsessions.errors.EndpointError` tree.
     """
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        api_key: str | None = None,
-        base_url: str = DEFAULT_BASE_URL,
-        session: requests.Session | None = None,
-        max_tokens: int | None = None,
-        stream: bool = False,
-        timeout: Timeout = DEFAULT_TIMEOUT,
-        max_retries: int = 2,
-        backoff: float = 0.5,
-        max_retry_wait: float = 60.0,
-        headers: Mapping[str, str] | None = None,
-        version: str = API_VERSION,
-    ) -> None:
-        self.model = model
-        self.max_tokens = max_tokens
-        self.stream = stream
-        self._key = resolve_key(api_key, "ANTHROPIC_API_KEY")
-        self._headers = {**(headers or {}), "anthropic-version": version}
-        self._http = HTTPClient(
-            "Anthropic",
-            base_url,
-            session=session,
-            timeout=timeout,
-            max_retries=max_retries,
-            backoff=backoff,
-            max_retry_wait=max_retry_wait,
-        )
+    provider = "Anthropic"
+    key_variable = "ANTHROPIC_API_KEY"
+    default_base_url = DEFAULT_BASE_URL
+    path = "/v1/messages"
+    last_event = "message_stop"
 
-    def complete(self, request: ModelRequest) -> ModelResponse:
-        """Send the transcript to ``/v1/messages`` and return Claude's answer."""
-        limit = self.max_tokens if self.max_tokens is not None else request.max_tokens
-        body = request_body(self.model, request, limit, stream=self.stream)
-        headers = {**self._headers, "x-api-key": self._key.reveal()}
-        response = self._http.post("/v1/messages", headers, body, stream=self.stream)
-        if self.stream:
-            with response:
-                return self._read_stream(response, request.on_text)
-        status = response.status_code
-        try:
-            return read_message(self._http.read_json(response))
-        except _MALFORMED as error:
-            raise self._http.malformed(status, "the message", error) from error
+    def __init__(self, model: str, *, version: str = API_VERSION, **options: Unpack[HTTPOptions]) -> None:
+        super().__init__(model, **options)
+        self._headers = {**self._headers, **check_headers({"anthropic-version": version})}
 
-    def _read_stream(self, response: requests.Response, on_text: Callable[[str], object] | None) -> ModelResponse:
-        status = response.status_code
-        stream = _Stream()
-        for event in iter_sse(response):
-            data = self._http.event_json(event, status)
-            if data.get("type") == "error":
-                raise stream_error(data, status)
-            try:
-                text = stream.feed(data)
-            except _MALFORMED as error:
-                raise self._http.malformed(status, f"a {data.get('type')} event", error) from error
-            # Outside the try: whatever the listener raises is its own error, not a malformed stream.
-            if text and on_text is not None:
-                on_text(text)
-            if stream.stopped:
-                return stream.response()
-        raise EndpointError(f"the stream from {self.base_url} ended before message_stop", status=0)
+    def _body(self, request: ModelRequest, max_tokens: int) -> dict[str, Any]:
+        return request_body(self.model, request, max_tokens, stream=self.stream)
+
+    def _auth(self) -> dict[str, str]:
+        return {"x-api-key": self._key.reveal()}
+
+    def _read(self, body: Mapping[str, Any]) -> ModelResponse:
+        return read_message(body)
+
+    def _assembly(self) -> _Stream:
+        return _Stream()
 
 
 def request_body(model: str, request: ModelRequest, max_tokens: int, *, stream: bool) -> dict[str, Any]:
@@ -169,7 +123,7 @@ def _wire_block(block: Content) -> dict[str, Any] | None:
 
 def _input_object(text: str) -> dict[str, Any]:
     try:
-        value = json.loads(text)
+        value = load_json(text)  # non-finite numbers become None: see the module docstring
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
@@ -187,7 +141,7 @@ def read_message(body: Mapping[str, Any]) -> ModelResponse:
     usage = body.get("usage") or {}
     return ModelResponse(
         Message(Role.ASSISTANT, [block for block in blocks if block is not None]),
-        stop_reason=body.get("stop_reason") or "end_turn",
+        stop_reason=str(body.get("stop_reason") or ""),
         usage=Usage(int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)),
     )
 
@@ -213,7 +167,7 @@ class _Stream:
     blocks: dict[int, _Block] = attrs.Factory(dict)
     stop_reason: str = ""
     usage: dict[str, Any] = attrs.Factory(dict)
-    stopped: bool = False
+    done: bool = False
 
     def feed(self, event: Mapping[str, Any]) -> str:
         """Take one event; return the text it adds (``""`` for none)."""
@@ -225,11 +179,11 @@ class _Stream:
         elif kind == "content_block_delta":
             return self._delta(self.blocks[event["index"]], event["delta"])
         elif kind == "message_delta":
-            self.stop_reason = event["delta"].get("stop_reason") or self.stop_reason
+            self.stop_reason = str(event["delta"].get("stop_reason") or self.stop_reason)
             # Its counts are cumulative, and newer API versions may resend input_tokens too.
             self.usage.update({k: v for k, v in (event.get("usage") or {}).items() if v is not None})
         elif kind == "message_stop":
-            self.stopped = True
+            self.done = True
         return ""  # ping, content_block_stop and event types added later carry nothing we keep
 
     @staticmethod
@@ -246,6 +200,6 @@ class _Stream:
         blocks = [_content(self.blocks[i].start, "".join(self.blocks[i].parts)) for i in sorted(self.blocks)]
         return ModelResponse(
             Message(Role.ASSISTANT, [block for block in blocks if block is not None]),
-            stop_reason=self.stop_reason or "end_turn",
+            stop_reason=self.stop_reason,
             usage=Usage(int(self.usage.get("input_tokens") or 0), int(self.usage.get("output_tokens") or 0)),
         )

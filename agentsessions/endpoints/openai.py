@@ -18,116 +18,66 @@ so ``base_url`` is all it takes to use them. How the transcript maps onto the wi
 - Several text blocks in one message go as a list of text parts; one goes as a string.
 - A ``refusal`` arrives instead of ``content``; it becomes the answer's text all the same.
 - ``finish_reason`` maps ``stop`` → ``end_turn``, ``tool_calls`` → ``tool_use``,
-  ``length`` → ``max_tokens``; others are kept as they came. An answer that calls tools
-  is ``tool_use`` whatever the server said (some local servers say ``stop``).
+  ``length`` → ``max_tokens``; others are kept as they came, and none is ``""``. An
+  answer that calls tools is ``tool_use`` whatever the server said (some local servers
+  say ``stop``).
+- Streamed, a tool call's ``id`` and ``name`` are taken once: OpenAI sends them in the
+  call's first delta, some compatible servers again in every delta.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Unpack
 
 import attrs
-import requests
 
 from agentsessions.endpoint import ModelRequest, ModelResponse, Usage
-from agentsessions.endpoints._http import (
-    DEFAULT_TIMEOUT,
-    HTTPClient,
-    HTTPEndpoint,
-    Timeout,
-    iter_sse,
-    resolve_key,
-    stream_error,
-)
-from agentsessions.errors import EndpointError
+from agentsessions.endpoints._http import HTTPEndpoint, HTTPOptions
 from agentsessions.messages import Content, ContentType, Message, Role
 from agentsessions.tools import Tool
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use", "length": "max_tokens"}
-_MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError)
 
 
 class OpenAIEndpoint(HTTPEndpoint):
     """A model behind the Chat Completions API: OpenAI's, or any server that speaks it.
 
     ``api_key`` defaults to ``$OPENAI_API_KEY`` (servers without keys accept any string).
-    ``max_tokens``, when set, replaces the request's own limit; it is sent as
-    ``max_tokens_param``, ``"max_completion_tokens"`` by default (OpenAI's current name,
-    required by its reasoning models); set ``"max_tokens"`` for servers that only know
-    the older one. With ``stream=True`` each piece of text goes to ``request.on_text``
-    as it arrives and usage is requested with ``stream_options``; the final
-    :class:`ModelResponse` is the same as without streaming. ``timeout``,
-    ``max_retries``, ``backoff``, ``max_retry_wait``, ``session`` and ``headers`` work
-    as for :class:`~agentsessions.endpoints.AnthropicEndpoint`.
+    The token limit is sent as ``max_tokens_param``, ``"max_completion_tokens"`` by
+    default (OpenAI's current name, required by its reasoning models); set
+    ``"max_tokens"`` for servers that only know the older one. With ``stream=True``
+    usage is requested with ``stream_options``. The other options (``max_tokens``,
+    ``timeout``, ``max_retries``, ``backoff``, ``max_retry_wait``,
+    ``retry_read_timeouts``, ``session``, ``headers``) work as for
+    :class:`~agentsessions.endpoints.AnthropicEndpoint`.
     """
 
+    provider = "OpenAI"
+    key_variable = "OPENAI_API_KEY"
+    default_base_url = DEFAULT_BASE_URL
+    path = "/chat/completions"
+    last_event = "[DONE]"
+
     def __init__(
-        self,
-        model: str,
-        *,
-        api_key: str | None = None,
-        base_url: str = DEFAULT_BASE_URL,
-        session: requests.Session | None = None,
-        max_tokens: int | None = None,
-        max_tokens_param: str = "max_completion_tokens",
-        stream: bool = False,
-        timeout: Timeout = DEFAULT_TIMEOUT,
-        max_retries: int = 2,
-        backoff: float = 0.5,
-        max_retry_wait: float = 60.0,
-        headers: Mapping[str, str] | None = None,
+        self, model: str, *, max_tokens_param: str = "max_completion_tokens", **options: Unpack[HTTPOptions]
     ) -> None:
-        self.model = model
-        self.max_tokens = max_tokens
+        super().__init__(model, **options)
         self.max_tokens_param = max_tokens_param
-        self.stream = stream
-        self._key = resolve_key(api_key, "OPENAI_API_KEY")
-        self._headers = dict(headers or {})
-        self._http = HTTPClient(
-            "OpenAI",
-            base_url,
-            session=session,
-            timeout=timeout,
-            max_retries=max_retries,
-            backoff=backoff,
-            max_retry_wait=max_retry_wait,
-        )
 
-    def complete(self, request: ModelRequest) -> ModelResponse:
-        """Send the transcript to ``/chat/completions`` and return the model's answer."""
-        body = request_body(self.model, request, stream=self.stream)
-        body[self.max_tokens_param] = self.max_tokens if self.max_tokens is not None else request.max_tokens
-        headers = {**self._headers, "authorization": f"Bearer {self._key.reveal()}"}
-        response = self._http.post("/chat/completions", headers, body, stream=self.stream)
-        if self.stream:
-            with response:
-                return self._read_stream(response, request.on_text)
-        status = response.status_code
-        try:
-            return read_completion(self._http.read_json(response))
-        except _MALFORMED as error:
-            raise self._http.malformed(status, "the completion", error) from error
+    def _body(self, request: ModelRequest, max_tokens: int) -> dict[str, Any]:
+        return {**request_body(self.model, request, stream=self.stream), self.max_tokens_param: max_tokens}
 
-    def _read_stream(self, response: requests.Response, on_text: Callable[[str], object] | None) -> ModelResponse:
-        status = response.status_code
-        stream = _Stream()
-        for event in iter_sse(response):
-            if event.data == "[DONE]":
-                return stream.response()
-            data = self._http.event_json(event, status)
-            if data.get("error"):
-                raise stream_error(data, status)
-            try:
-                text = stream.feed(data)
-            except _MALFORMED as error:
-                raise self._http.malformed(status, "a chunk", error) from error
-            # Outside the try: whatever the listener raises is its own error, not a malformed stream.
-            if text and on_text is not None:
-                on_text(text)
-        raise EndpointError(f"the stream from {self.base_url} ended before [DONE]", status=0)
+    def _auth(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self._key.reveal()}"}
+
+    def _read(self, body: Mapping[str, Any]) -> ModelResponse:
+        return read_completion(body)
+
+    def _assembly(self) -> _Stream:
+        return _Stream()
 
 
 def request_body(model: str, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
@@ -197,7 +147,7 @@ def _arguments(value: object) -> str:
 
 def _response(text: str, calls: list[Content], finish_reason: str | None, usage: Mapping[str, Any]) -> ModelResponse:
     content = ([Content.of_text(text)] if text else []) + calls
-    stop_reason = "tool_use" if calls else _STOP_REASONS.get(finish_reason or "stop", finish_reason or "end_turn")
+    stop_reason = "tool_use" if calls else _STOP_REASONS.get(finish_reason or "", finish_reason or "")
     return ModelResponse(
         Message(Role.ASSISTANT, content),
         stop_reason=stop_reason,
@@ -233,6 +183,7 @@ class _Stream:
     calls: dict[int, _Call] = attrs.Factory(dict)
     finish_reason: str | None = None
     usage: Mapping[str, Any] = attrs.Factory(dict)
+    done: bool = False  # never set: the stream's end is its [DONE] event
 
     def feed(self, chunk: Mapping[str, Any]) -> str:
         """Take one chunk; return the text it adds (``""`` for none)."""
@@ -254,11 +205,11 @@ class _Stream:
 
     @staticmethod
     def _call_delta(call: _Call, part: Mapping[str, Any]) -> None:
-        # Every string field accumulates, as in OpenAI's own SDK: the id and name usually
-        # come whole in the first delta, the arguments in pieces after it.
-        call.id += part.get("id") or ""
+        # The arguments come in pieces; the id and name come whole, in the first delta from
+        # OpenAI and in every delta from some compatible servers: the first one counts.
+        call.id = call.id or str(part.get("id") or "")
         function = part.get("function") or {}
-        call.name += function.get("name") or ""
+        call.name = call.name or str(function.get("name") or "")
         if function.get("arguments") is not None:
             call.arguments.append(_arguments(function["arguments"]))
 
