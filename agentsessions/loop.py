@@ -106,8 +106,6 @@ class ReactLoop:
         if not uses:
             self.stop_reason = response.stop_reason or "end_turn"
             return
-        if self.spec.journal:
-            self.save()  # the calls, as soon as they arrive
         self.call_tools(uses, [])
 
     def call_tools(self, uses: list[Content], results: list[Content]) -> None:
@@ -116,18 +114,21 @@ class ReactLoop:
         Once the run is cancelled, the rest get error results. With the journal, each call
         is saved as started (its result standing in doubt) before it runs, and its result
         right after: a crash in between leaves the in-doubt result, so it never runs twice.
+        The first of those saves also carries the calls themselves, as soon as they arrived.
         """
         hold, journal = self.hold, self.spec.journal
         for use in uses:
-            if hold is not None and not self.cancelled():
-                hold.check()  # a tool may have side effects: run it only while we hold the session
+            # A tool may have side effects: run it only while the run holds the session and
+            # nobody asked it to stop. The journal's save learns both; without it, a renewal.
+            if journal and not self.cancelled():
+                self.put_results([*results, Content.tool_result(use.id, IN_DOUBT, is_error=True)])
+                self.save()
+            elif hold is not None and not self.cancelled():
+                hold.check()
             if self.cancelled():
                 self.stop_reason = StopReason.CANCELLED
                 results.append(Content.tool_result(use.id, CANCELLED_TOOL, is_error=True))
                 continue
-            if journal:
-                self.put_results([*results, Content.tool_result(use.id, IN_DOUBT, is_error=True)])
-                self.save()
             results.append(self.call_tool(use))
             if journal:
                 self.put_results(results)

@@ -74,15 +74,14 @@ def test_the_journal_saves_calls_as_they_arrive_and_each_result_as_its_tool_retu
     calls = uses("send", "fetch")
     assert [m[2:] for m in store.saved] == [
         [],  # before the first request
-        [],  # the calls, as soon as they arrived
-        [agent.Message(agent.Role.USER, [doubt("c1", IN_DOUBT, is_error=True)])],  # send started
+        [agent.Message(agent.Role.USER, [doubt("c1", IN_DOUBT, is_error=True)])],  # the calls, and send started
         [agent.Message(agent.Role.USER, [sent])],  # send returned
         [agent.Message(agent.Role.USER, [sent, doubt("c2", IN_DOUBT, is_error=True)])],
         [agent.Message(agent.Role.USER, [sent, fetched])],
         [agent.Message(agent.Role.USER, [sent, fetched])],  # before the second request
         [agent.Message(agent.Role.USER, [sent, fetched]), agent.Message.assistant("done")],
     ]
-    assert [m[1] for m in store.saved[1:]] == [calls] * 7
+    assert [m[1] for m in store.saved[1:]] == [calls] * 6
 
 
 def test_without_the_journal_a_step_saves_once() -> None:
