@@ -1,5 +1,7 @@
 """The PostgreSQL store: the conformance suite, a missing schema, incremental saves,
-parallel sessions, a connection killed mid-save, and steers taken from several processes.
+parallel sessions, a connection killed mid-save, steers taken from several processes,
+renewal in one statement, tokens across delete, and calls bounded in time (a lock held
+elsewhere, a server that stops answering).
 
 Each run works in a schema of its own (``agentsessions_test_<random>``), dropped at the end.
 """
@@ -8,10 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
+import os
+import re
 import secrets
+import signal
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -23,6 +31,7 @@ from psycopg_pool import ConnectionPool
 
 import agentsessions as agent
 from agentsessions.codec import encode_text
+from agentsessions.runs import Renewal
 from agentsessions.stores import postgres, storetest
 
 Pool = ConnectionPool[Any]
@@ -32,10 +41,25 @@ def _admin() -> Any:
     return psycopg.connect(POSTGRES_DSN, autocommit=True, connect_timeout=5)
 
 
-def make_pool(schema: str, max_size: int = 10) -> Pool:
-    """A pool whose connections work in ``schema``."""
-    options = f"-c search_path={schema}"
-    return ConnectionPool(POSTGRES_DSN, kwargs={"options": options}, min_size=1, max_size=max_size, open=True)
+def make_pool(schema: str, max_size: int = 10, **settings: Any) -> Pool:
+    """A pool whose connections work in ``schema``, set up as the store's docstring asks."""
+    kwargs = {
+        "options": f"-c search_path={schema}",
+        "connect_timeout": 5,
+        "tcp_user_timeout": 10_000,
+        "keepalives_idle": 30,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+        **settings,
+    }
+    return ConnectionPool(
+        POSTGRES_DSN,
+        kwargs=kwargs,
+        min_size=1,
+        max_size=max_size,
+        check=ConnectionPool.check_connection,
+        open=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +99,8 @@ def test_the_postgres_store_keeps_the_contract(store: postgres.PostgresStore) ->
     # A new store object per call, over the same pool: the suite uses two as replicas.
     report = storetest.run(lambda: postgres.PostgresStore(store.pool))
     assert report.replicas
+    assert not report.skipped  # the run properties ran too
+    assert set(storetest.RUN_PROPERTIES) <= set(report.examples)
     print(report, dict(report.examples))
 
 
@@ -202,3 +228,131 @@ def test_importing_without_psycopg_names_the_extra() -> None:
     assert done.returncode != 0
     assert "ImportError: agentsessions.stores.postgres needs psycopg" in done.stderr
     assert "pip install agentsessions[postgres]" in done.stderr
+
+
+def _backend_pid(pool: Pool) -> int:
+    with pool.connection() as conn:
+        pid: int = conn.info.backend_pid
+    return pid
+
+
+@contextlib.contextmanager
+def _record_locked(schema: str, session_id: str) -> Iterator[int]:
+    """Hold the session's record locked from another connection; yields that backend's pid."""
+    with psycopg.connect(POSTGRES_DSN, options=f"-c search_path={schema}") as blocker:
+        found = blocker.execute(
+            "SELECT 1 FROM agentsessions_sessions WHERE id = %s FOR UPDATE", (encode_text(session_id),)
+        ).fetchone()
+        assert found
+        yield blocker.info.backend_pid
+        blocker.rollback()
+
+
+def test_a_lock_held_elsewhere_ends_in_the_servers_own_error_and_the_connection_lives_on(schema: str) -> None:
+    with make_pool(schema, max_size=1) as pool:
+        store = postgres.PostgresStore(pool, timeout=1.0)
+        store.save("locked", numbered_transcript(2))
+        pid = _backend_pid(pool)
+        with _record_locked(schema, "locked"):
+            started = time.monotonic()
+            with pytest.raises(agent.StoreError, match=r"could not claim for session 'locked'.*lock timeout") as caught:
+                store.claim("locked", replica="r", lease=30)
+            elapsed = time.monotonic() - started
+        assert isinstance(caught.value.__cause__, psycopg.errors.LockNotAvailable)
+        assert 0.8 < elapsed < 1.0 + 0.5, elapsed  # 85% of the timeout, timed by the server
+        assert store.claim("locked", replica="r", lease=30).token > 0
+        assert _backend_pid(pool) == pid  # the same connection: nothing was cut
+
+
+def test_a_server_that_stops_answering_gives_a_store_error_within_the_timeout(schema: str, admin: Any) -> None:
+    with make_pool(schema, max_size=1) as pool:
+        store = postgres.PostgresStore(pool, timeout=2.0)
+        store.save("stalled", numbered_transcript(2))
+        pid = _backend_pid(pool)
+        caught: list[BaseException] = []
+        finished = threading.Event()
+
+        def claim() -> None:
+            try:
+                store.claim("stalled", replica="r", lease=30)
+            except BaseException as error:
+                caught.append(error)
+            finished.set()
+
+        with _record_locked(schema, "stalled"):
+            thread = threading.Thread(target=claim)
+            started = time.monotonic()
+            thread.start()
+            waiting = "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'"
+            wait_for("the claim to wait for the lock", lambda: admin.execute(waiting, (pid,)).fetchone())
+            # Stopped, the backend can neither time its lock wait out nor answer: to the store
+            # it is a server that stopped answering, with the TCP connection still up.
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                finished.wait(10)
+                elapsed = time.monotonic() - started
+            finally:
+                os.kill(pid, signal.SIGCONT)
+        thread.join(10)
+        assert len(caught) == 1 and type(caught[0]) is agent.StoreError, caught
+        assert "no answer from PostgreSQL within the store's timeout of 2 s" in str(caught[0])
+        assert isinstance(caught[0].__cause__, psycopg.OperationalError)
+        assert elapsed < 2.0 + 0.5, elapsed
+        # The pool dropped the cut connection; the next call gets a new one and works.
+        assert store.claim("stalled", replica="r", lease=30).token > 0
+        assert _backend_pid(pool) != pid
+
+
+def _traced(pool: Pool, call: Callable[[], object]) -> list[list[str]]:
+    """The protocol messages ``call`` exchanged on the pool's one connection (libpq's trace)."""
+    with tempfile.TemporaryFile("w+") as trace:
+        with pool.connection() as conn:
+            conn.pgconn.trace(trace.fileno())
+            conn.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS | psycopg.pq.Trace.REGRESS_MODE)
+        try:
+            call()
+        finally:
+            conn.pgconn.untrace()  # the pool's one connection, idle in the pool again: no I/O here
+        trace.seek(0)
+        # A message is one line, except that a statement's text keeps its own newlines.
+        return [message.split("\t", 3) for message in re.split(r"\n(?=[FB]\t)", trace.read().strip())]
+
+
+def _round_trips(messages: list[list[str]]) -> int:
+    """How many times the client sent and then waited for the server."""
+    directions = [message[0] for message in messages]
+    return sum(1 for sent, got in itertools.pairwise(directions) if (sent, got) == ("F", "B"))
+
+
+def test_renewing_a_thousand_claims_is_one_statement_in_one_round_trip(schema: str) -> None:
+    # prepare_threshold=None: every statement travels with its text, so the trace names it.
+    with make_pool(schema, max_size=1, prepare_threshold=None) as pool:
+        store = postgres.PostgresStore(pool)
+        claims = [store.claim(f"renew-{i}", replica="r", lease=30) for i in range(1000)]
+        lost = store.claim("renew-lost", replica="r", lease=30)
+        store.save_run(lost, [], end=agent.RunState.FINISHED)
+        store.cancel("renew-7")
+        before = {c.session_id: store.info(c.session_id).lease_expires_at for c in claims[:3]}
+        renewal: list[Renewal] = []
+        messages = _traced(pool, lambda: renewal.append(store.renew([*claims, lost])))
+        assert renewal == [Renewal(frozenset({lost}), frozenset({claims[7]}))]
+        statements = [m[3] for m in messages if m[0] == "F" and m[2] in {"Parse", "Query"}]
+        assert statements[0] == ' ""'  # the pool's check_connection: an empty query
+        touching = [s for s in statements if "agentsessions_" in s]
+        assert len(touching) == 1 and re.match(r' "" "\s*UPDATE agentsessions_sessions .* unnest', touching[0], re.S)
+        assert [m[2] for m in messages if m[0] == "F"].count("Execute") == 4  # BEGIN, limits, UPDATE, COMMIT
+        assert _round_trips(messages) == 2  # the pool's check, then the whole transaction
+        after = {c.session_id: store.info(c.session_id).lease_expires_at for c in claims[:3]}
+        assert all(after[i] > before[i] for i in before)  # type: ignore[operator]
+
+
+def test_tokens_keep_growing_across_delete_and_store_objects(store: postgres.PostgresStore) -> None:
+    first = store.claim("tokens", replica="a", lease=30)
+    assert store.delete("tokens")
+    other = postgres.PostgresStore(store.pool)  # knows nothing of the first: the count is the database's
+    second = other.claim("tokens", replica="b", lease=30)
+    assert second.token > first.token
+    with pytest.raises(agent.ConflictError):
+        store.save_run(first, [agent.Message.user("late")])
+    assert other.delete("tokens") and not other.delete("tokens")
+    assert store.claim("tokens", replica="a", lease=30).token > second.token

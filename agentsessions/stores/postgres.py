@@ -6,17 +6,49 @@ then every call raises :class:`~agentsessions.errors.SchemaMissingError`.
 
 Each call borrows one connection from the pool for one transaction and gives it back,
 also on errors, so one store object serves any number of threads; each process makes its
-own pool and its own store.
+own pool and its own store. Each write first locks the session's record, so writes to one
+session queue up, and sessions never wait for each other.
+
+Clock: ``updated_at``, leases and every comparison with a lease use the server's clock,
+so replicas whose clocks disagree still agree on who holds a session.
+
+Time: every call raises :class:`~agentsessions.errors.StoreError` within the store's
+``timeout``. The server ends a lock wait or a statement that runs past about nine tenths
+of what is left (``lock_timeout``, ``statement_timeout``, set per transaction), and the
+connection stays usable. For a server that stops answering (a hung host, a proxy that
+stops forwarding), psycopg has no read timeout: a watchdog thread shuts the connection's
+socket down when the timeout is up, and the pool discards it. Make the pool so::
+
+    pool = ConnectionPool(
+        conninfo,
+        # After a server restart or a network blip the idle connections are dead; without
+        # a check the pool lends them out, and each fails the call it is lent to.
+        check=ConnectionPool.check_connection,
+        kwargs={
+            "connect_timeout": 5,  # bounds the pool's reconnects
+            # The check runs before the store holds the connection, out of the watchdog's
+            # reach; these bound it when the network or the host is gone.
+            "tcp_user_timeout": 10_000,
+            "keepalives_idle": 30, "keepalives_interval": 5, "keepalives_count": 3,
+        },
+        open=True,
+    )
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+import datetime
+import os
+import socket
+import threading
+import time
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from typing import Any
 
 try:
     import psycopg
+    from psycopg.pq import TransactionStatus
     from psycopg.rows import tuple_row
     from psycopg_pool import ConnectionPool
 except ImportError as error:  # pragma: no cover - depends on what is installed
@@ -27,21 +59,47 @@ except ImportError as error:  # pragma: no cover - depends on what is installed
 from agentsessions.codec import decode_text, encode_text, load_message
 from agentsessions.errors import SchemaMissingError, StoreError
 from agentsessions.messages import Message
+from agentsessions.runs import (
+    ENDINGS,
+    Claim,
+    Progress,
+    Renewal,
+    RunState,
+    SessionInfo,
+    Steer,
+    busy,
+    check_lease,
+    check_updated_before,
+    derive_state,
+    state_filter,
+    superseded,
+)
 from agentsessions.session import check_session_id, check_steer
-from agentsessions.stores._incremental import KnownSessions, new_revision, plan_save
+from agentsessions.stores._incremental import KnownSessions, SavePlan, new_revision, plan_save
 
-# Ids are bytea of the id's UTF-8 (surrogates passed through): text cannot hold NUL, and
-# bytes compare exactly, so no collation can make `a` equal `A` or `a `. Message bodies
-# are codec JSON in text, never jsonb, which would reorder keys, respace and drop
-# duplicate keys of a tool call's raw arguments; JSON already writes NUL as \u0000.
-# Steers are bytea for the same reason as ids. updated_at is there for listing sessions.
+__all__ = ["PAGE_SIZE", "SCHEMA", "PostgresStore"]
+
+# Ids, holders and steers are bytea of their UTF-8 (surrogates passed through): text
+# cannot hold NUL, and bytes compare exactly, so no collation can make `a` equal `A` or
+# `a `. Message bodies are codec JSON in text, never jsonb, which would reorder keys,
+# respace and drop duplicate keys of a tool call's raw arguments. updated_at is NULL
+# until the first save (a steer or a claim can make the record first); run_state is NULL
+# until the first claim and 'running' while held (STALLED is derived from the lease).
+# Tokens come from a sequence, which deleting a session never resets.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS agentsessions_sessions (
-    id          bytea       PRIMARY KEY CHECK (octet_length(id) BETWEEN 1 AND 1020),
-    revision    bigint      NOT NULL,
-    length      integer     NOT NULL,
-    updated_at  timestamptz NOT NULL
+    id               bytea            PRIMARY KEY CHECK (octet_length(id) BETWEEN 1 AND 1020),
+    revision         bigint           NOT NULL,
+    length           integer          NOT NULL,
+    updated_at       timestamptz,
+    run_state        text             CHECK (run_state IN ('running', 'finished', 'cancelled', 'failed')),
+    token            bigint           NOT NULL DEFAULT 0,
+    holder           bytea,
+    lease            double precision NOT NULL DEFAULT 0,
+    lease_expires_at timestamptz,
+    cancel_requested boolean          NOT NULL DEFAULT false
 );
+CREATE INDEX IF NOT EXISTS agentsessions_sessions_by_update ON agentsessions_sessions (updated_at, id);
 CREATE TABLE IF NOT EXISTS agentsessions_messages (
     session_id  bytea       NOT NULL,
     position    integer     NOT NULL,
@@ -54,23 +112,48 @@ CREATE TABLE IF NOT EXISTS agentsessions_steers (
     text        bytea       NOT NULL
 );
 CREATE INDEX IF NOT EXISTS agentsessions_steers_by_session ON agentsessions_steers (session_id, seq);
+CREATE SEQUENCE IF NOT EXISTS agentsessions_tokens;
 """
 
-# The pool's connections may be set to another isolation level; these statements rely on
-# READ COMMITTED re-reading a row once its lock is released.
-_READ_COMMITTED = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
-_LOCK_TIMEOUT = "SET LOCAL lock_timeout = {milliseconds}"
-# Creates the record or locks the existing one, so two first saves of a session queue up
-# too. A fresh record carries this save's own revision, which no store object knows, and
-# length 0, so the save replaces everything and deletes nothing.
+PAGE_SIZE = 500
+"""How many sessions :meth:`PostgresStore.sessions` fetches per query."""
+
+# Explicit BEGIN and COMMIT on an autocommit connection let a whole transaction travel in
+# one pipeline; psycopg's own transactions wait for BEGIN and COMMIT a round trip each.
+# READ COMMITTED because these statements rely on re-reading a row once its lock is released.
+_BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED"
+_LIMITS = "SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true)"
+# Creates the record or locks the existing one, so two first writes of a session queue
+# up too. A fresh record carries a revision no store object knows, and length 0, so a
+# save replaces everything and deletes nothing. clock_timestamp(): after the lock wait.
 _LOCK_SESSION = """
-INSERT INTO agentsessions_sessions (id, revision, length, updated_at) VALUES (%s, %s, 0, now())
+INSERT INTO agentsessions_sessions AS s (id, revision, length) VALUES (%s, %s, 0)
 ON CONFLICT (id) DO UPDATE SET id = excluded.id
-RETURNING revision, length
+RETURNING s.revision, s.length, s.run_state, s.lease_expires_at, clock_timestamp()
 """
+_LOCK_EXISTING = "SELECT 1 FROM agentsessions_sessions WHERE id = %s FOR UPDATE"
+_LOCK_RUN = "SELECT revision, length, token, run_state FROM agentsessions_sessions WHERE id = %s FOR UPDATE"
 _DELETE_MESSAGES_FROM = "DELETE FROM agentsessions_messages WHERE session_id = %s AND position >= %s"
 _INSERT_MESSAGE = "INSERT INTO agentsessions_messages (session_id, position, body) VALUES (%s, %s, %s)"
-_UPDATE_SESSION = "UPDATE agentsessions_sessions SET revision = %s, length = %s, updated_at = now() WHERE id = %s"
+# statement_timestamp() is read once per statement, after the record's lock was taken.
+_SAVED = """
+UPDATE agentsessions_sessions SET revision = %s, length = %s, updated_at = statement_timestamp() WHERE id = %s
+"""
+# One statement decides the release and reports the steers still waiting from one
+# snapshot; add_steer and take_steers lock the record first, so none can slip in between.
+_SAVED_RUN = """
+UPDATE agentsessions_sessions AS s
+SET revision = %(revision)s, length = %(length)s, updated_at = statement_timestamp(),
+    lease_expires_at = statement_timestamp() + s.lease * interval '1 second',
+    run_state = CASE WHEN r.release THEN %(end)s ELSE s.run_state END,
+    cancel_requested = s.cancel_requested AND NOT r.release
+FROM (SELECT %(end)s::text IS NOT NULL AND NOT (%(unless)s AND EXISTS (
+          SELECT 1 FROM agentsessions_steers WHERE session_id = %(id)s)) AS release) AS r
+WHERE s.id = %(id)s
+RETURNING r.release, s.cancel_requested,
+    CASE WHEN %(unless)s THEN ARRAY(SELECT seq FROM agentsessions_steers WHERE session_id = s.id ORDER BY seq) END,
+    CASE WHEN %(unless)s THEN ARRAY(SELECT text FROM agentsessions_steers WHERE session_id = s.id ORDER BY seq) END
+"""
 # One statement reads record and rows from one snapshot. A record with no messages gives
 # one row whose body is NULL; no record gives no rows.
 _SELECT_TRANSCRIPT = """
@@ -82,17 +165,69 @@ _INSERT_STEER = "INSERT INTO agentsessions_steers (session_id, text) VALUES (%s,
 # A row deleted by one transaction is skipped by every other, so each steer has one taker.
 # RETURNING gives rows in no promised order, so each carries its seq to sort by.
 _TAKE_STEERS = "DELETE FROM agentsessions_steers WHERE session_id = %s RETURNING seq, text"
+_PEEK_STEERS = "SELECT seq, text FROM agentsessions_steers WHERE session_id = %s ORDER BY seq"
+_DELETE_TAKEN = "DELETE FROM agentsessions_steers WHERE session_id = %s AND seq = ANY(%s::bigint[])"
+# The record first: that waits for a save holding it, which then leaves no row behind.
+_DELETE_SESSION = (
+    "DELETE FROM agentsessions_sessions WHERE id = %s",
+    "DELETE FROM agentsessions_messages WHERE session_id = %s",
+    "DELETE FROM agentsessions_steers WHERE session_id = %s",
+)
+_CANCEL = """
+UPDATE agentsessions_sessions SET cancel_requested = true
+WHERE id = %s AND run_state = 'running' AND lease_expires_at > clock_timestamp()
+"""
+# Takes the record unless a live lease holds it; then it updates nothing and returns no
+# row (the row is locked all the same), and the next statement reads who holds it.
+_CLAIM = """
+INSERT INTO agentsessions_sessions AS s
+    (id, revision, length, run_state, token, holder, lease, lease_expires_at, cancel_requested)
+VALUES (%(id)s, %(revision)s, 0, 'running', nextval('agentsessions_tokens'), %(holder)s, %(lease)s,
+        clock_timestamp() + %(lease)s * interval '1 second', false)
+ON CONFLICT (id) DO UPDATE
+SET run_state = 'running', token = excluded.token, holder = excluded.holder, lease = excluded.lease,
+    lease_expires_at = clock_timestamp() + excluded.lease * interval '1 second', cancel_requested = false
+WHERE s.run_state IS DISTINCT FROM 'running' OR s.lease_expires_at IS NULL OR s.lease_expires_at <= clock_timestamp()
+RETURNING s.token
+"""
+_HOLDER = "SELECT holder, lease_expires_at FROM agentsessions_sessions WHERE id = %s"
+_RENEW = """
+UPDATE agentsessions_sessions AS s SET lease_expires_at = clock_timestamp() + s.lease * interval '1 second'
+FROM unnest(%s::bytea[], %s::bigint[]) AS c(id, token)
+WHERE s.id = c.id AND s.token = c.token AND s.run_state = 'running'
+RETURNING s.id, s.token, s.cancel_requested
+"""
+_RECORD = """s.id, s.length, s.updated_at, s.run_state, s.holder, s.lease_expires_at, s.cancel_requested,
+       (SELECT count(*) FROM agentsessions_steers AS t WHERE t.session_id = s.id), statement_timestamp()"""
+_INFO = f"SELECT {_RECORD} FROM agentsessions_sessions AS s WHERE s.id = %(id)s"
+# Keyset pages over the (updated_at, id) index, newest first, never OFFSET. A row value
+# with NULL compares NULL, so never-saved records are walked in a second pass.
+_PAGE = f"SELECT {_RECORD} FROM agentsessions_sessions AS s WHERE {{where}} {{order}} LIMIT {PAGE_SIZE}"
+_SAVED_BELOW = "(s.updated_at, s.id) < (%(updated)s, %(id)s)"
+_NEVER_SAVED_BELOW = "s.updated_at IS NULL AND s.id < %(id)s"
+_NEWEST_FIRST = "ORDER BY s.updated_at DESC, s.id DESC"
+_BY_ID = "ORDER BY s.id DESC"
+_LATEST = datetime.datetime(9999, 12, 31, tzinfo=datetime.UTC)  # with id '' the first bound excludes nothing
+_ABOVE_EVERY_ID = b"\xff" * 1021  # ids are at most 1020 bytes
+_STATE_SQL = {
+    RunState.IDLE: "s.run_state IS NULL",
+    RunState.RUNNING: "(s.run_state = 'running' AND s.lease_expires_at > statement_timestamp())",
+    RunState.STALLED: (
+        "(s.run_state = 'running' AND (s.lease_expires_at IS NULL OR s.lease_expires_at <= statement_timestamp()))"
+    ),
+    **{state: f"s.run_state = '{state.value}'" for state in ENDINGS},
+}
 
-_Cursor = psycopg.Cursor[tuple[Any, ...]]
+_Connection = psycopg.Connection[Any]
 
 
 class PostgresStore:
-    """Sessions in PostgreSQL, over a ``psycopg_pool.ConnectionPool`` the caller made.
+    """Sessions and their runs in PostgreSQL, over a ``psycopg_pool.ConnectionPool`` the caller made.
 
-    The store opens no connection of its own and never closes the pool. ``timeout`` is how
-    long a save or a take waits for another writer's lock on the same session, in seconds.
-    A save takes two round trips (lock the session record, then write what is new), the
-    statements of each sent together in psycopg's pipeline mode.
+    The store opens no connection of its own and never closes the pool. ``timeout`` bounds
+    every call, in seconds: waiting for a connection, for another writer's lock on the
+    same session, and for the server to answer. Each call is one pipelined transaction:
+    one round trip, two when a write must first read the record it locked (a save).
     """
 
     def __init__(self, pool: ConnectionPool[Any], *, timeout: float = 10.0) -> None:
@@ -101,81 +236,362 @@ class PostgresStore:
                 "PostgresStore takes a psycopg_pool.ConnectionPool (psycopg 3), "
                 f"got {type(pool).__name__}: {pool!r:.80}"
             )
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < 10**6:
+            raise ValueError(f"timeout is a number of seconds above 0, got {timeout!r:.80}")
         self.pool = pool
-        self._lock_timeout = _LOCK_TIMEOUT.format(milliseconds=max(1, round(timeout * 1000)))
+        self.timeout = float(timeout)
         self._known = KnownSessions()
+        self._watchdog = _Watchdog()
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.pool.name!r})"
 
+    # --- Transcripts and steers (the seed's four) ------------------------------------------
+
     def save(self, session_id: str, messages: Sequence[Message]) -> None:
         """Make ``messages`` the transcript; writes only what is new since this store last saw it."""
         plan = plan_save(self._known, session_id, messages)
-        revision = new_revision()
-        key = encode_text(session_id)
-        with self._transaction("save the transcript", session_id) as cur:
-            stored = cur.execute(_LOCK_SESSION, (key, revision)).fetchone()
+        revision, key = new_revision(), encode_text(session_id)
+        with self._transaction("save the transcript", session_id) as conn:
+            stored = _cursor(conn).execute(_LOCK_SESSION, (key, revision)).fetchone()
             assert stored is not None  # RETURNING always gives the one record
-            stored_revision, stored_length = stored
-            keep = plan.rows_to_keep(stored_revision)
-            if stored_length > keep:
-                cur.execute(_DELETE_MESSAGES_FROM, (key, keep))
-            if len(plan.messages) > keep:
-                cur.executemany(_INSERT_MESSAGE, plan.rows(key, keep))
-            cur.execute(_UPDATE_SESSION, (revision, len(plan.messages), key))
+            _write_messages(conn, key, plan, stored[0], stored[1])
+            conn.execute(_SAVED, (revision, len(plan.messages), key))
         self._known.remember(session_id, revision, plan.messages)
 
     def messages(self, session_id: str) -> list[Message]:
         """The session's transcript, empty if it has none."""
-        check_session_id(session_id)
-        with self._errors("read the transcript", session_id), self.pool.connection() as conn:
-            rows = conn.cursor(row_factory=tuple_row).execute(_SELECT_TRANSCRIPT, (encode_text(session_id),)).fetchall()
+        key = encode_text(check_session_id(session_id))
+        with self._transaction("read the transcript", session_id) as conn:
+            cur = _cursor(conn).execute(_SELECT_TRANSCRIPT, (key,))
+        rows = cur.fetchall()
         loaded = [load_message(body) for _, body in rows if body is not None]
         if rows:
             self._known.remember(session_id, rows[0][0], loaded)
         return loaded
 
-    def add_steer(self, session_id: str, text: str) -> None:
-        """Leave a steer for the session's next run."""
-        check_session_id(session_id)
+    def add_steer(self, session_id: str, text: str) -> RunState:
+        """Leave a steer for the session's run; returns the session's state as it was stored."""
+        key = encode_text(check_session_id(session_id))
         check_steer(text)
-        with self._errors("add a steer", session_id), self.pool.connection() as conn:
-            conn.execute(_INSERT_STEER, (encode_text(session_id), encode_text(text)))
+        # The record's lock is held until the steer is in: a run releasing the session
+        # either sees this steer or has released before it, and the state returned says which.
+        with self._transaction("add a steer", session_id) as conn:
+            record = _cursor(conn).execute(_LOCK_SESSION, (key, new_revision()))
+            conn.execute(_INSERT_STEER, (key, encode_text(text)))
+        _, _, run_state, expires, now = _one(record)
+        return derive_state(run_state, expires, now)
 
     def take_steers(self, session_id: str) -> list[str]:
         """Remove and return the waiting steers, oldest first; each goes to exactly one caller."""
-        check_session_id(session_id)
-        with self._transaction("take steers", session_id) as cur:
-            rows = cur.execute(_TAKE_STEERS, (encode_text(session_id),)).fetchall()
-        return [decode_text(text) for _, text in sorted(rows)]
+        key = encode_text(check_session_id(session_id))
+        # The record's lock keeps a releasing run's view of the waiting steers true until it commits.
+        with self._transaction("take steers", session_id) as conn:
+            conn.execute(_LOCK_EXISTING, (key,))
+            cur = _cursor(conn).execute(_TAKE_STEERS, (key,))
+        return [decode_text(text) for _, text in sorted(cur.fetchall())]
+
+    # --- Records: info, listing, delete, cancel ---------------------------------------------
+
+    def info(self, session_id: str) -> SessionInfo:
+        """The session's record, in one round trip; an unknown id is ``IDLE`` with length 0."""
+        key = encode_text(check_session_id(session_id))
+        with self._transaction("read the record", session_id) as conn:
+            cur = _cursor(conn).execute(_INFO, {"id": key})
+        row = cur.fetchone()
+        return SessionInfo(session_id) if row is None else _info(row)
+
+    def sessions(
+        self, *, state: RunState | Collection[RunState] | None = None, updated_before: datetime.datetime | None = None
+    ) -> Iterator[SessionInfo]:
+        """Every session, newest update first (never saved last, ties by id), fetched in pages."""
+        states, before = state_filter(state), check_updated_before(updated_before)
+        where = "" if states is None else " AND (" + " OR ".join(_STATE_SQL[s] for s in sorted(states)) + ")"
+        return self._listing(where, before)
+
+    def delete(self, session_id: str) -> bool:
+        """Remove transcript, steers and record in one transaction; ``True`` if the session existed."""
+        key = encode_text(check_session_id(session_id))
+        with self._transaction("delete", session_id) as conn:
+            cursors = [_cursor(conn).execute(sql, (key,)) for sql in _DELETE_SESSION]
+        self._known.forget(session_id)
+        return any(cur.rowcount > 0 for cur in cursors)
+
+    def cancel(self, session_id: str) -> bool:
+        """Ask the live run holding the session to stop; ``False``, writing nothing, when none holds it."""
+        key = encode_text(check_session_id(session_id))
+        with self._transaction("cancel the run", session_id) as conn:
+            cur = _cursor(conn).execute(_CANCEL, (key,))
+        return cur.rowcount > 0
+
+    # --- Holding a run ---------------------------------------------------------------------
+
+    def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
+        """Hold the session for a run, taking over a stalled one; busy while another lease is live."""
+        lease = check_lease(lease)
+        key = encode_text(check_session_id(session_id))
+        values = {"id": key, "revision": new_revision(), "holder": encode_text(replica), "lease": lease}
+        with self._transaction("claim", session_id) as conn:
+            claimed = _cursor(conn).execute(_CLAIM, values)
+            holder = _cursor(conn).execute(_HOLDER, (key,))
+        token = claimed.fetchone()
+        if token is None:
+            held_by, expires = _one(holder)
+            raise busy(session_id, _text(held_by), _utc(expires))
+        return Claim(session_id, token[0], replica, lease)
+
+    def peek_steers(self, session_id: str) -> list[Steer]:
+        """The waiting steers, oldest first, left in place."""
+        key = encode_text(check_session_id(session_id))
+        with self._transaction("read the steers", session_id) as conn:
+            cur = _cursor(conn).execute(_PEEK_STEERS, (key,))
+        return [Steer(seq, decode_text(text)) for seq, text in cur.fetchall()]
+
+    def save_run(
+        self,
+        claim: Claim,
+        messages: Sequence[Message],
+        *,
+        taken: Sequence[int] = (),
+        end: RunState | None = None,
+        unless_steered: bool = False,
+    ) -> Progress:
+        """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``."""
+        plan = plan_save(self._known, claim.session_id, messages)
+        ending = None if end is None else RunState(end)
+        if ending is not None and ending not in ENDINGS:
+            raise ValueError(f"a run ends FINISHED, CANCELLED or FAILED, got {end!r:.80}")
+        revision, key, gone = new_revision(), encode_text(claim.session_id), [int(seq) for seq in taken]
+        values = {"revision": revision, "length": len(plan.messages), "id": key, "unless": bool(unless_steered)}
+        with self._transaction("save the run", claim.session_id) as conn:
+            row = _cursor(conn).execute(_LOCK_RUN, (key,)).fetchone()
+            if row is None or row[2] != claim.token or row[3] != RunState.RUNNING:
+                raise superseded(claim)
+            if gone:
+                conn.execute(_DELETE_TAKEN, (key, gone))
+            _write_messages(conn, key, plan, row[0], row[1])
+            saved = _cursor(conn).execute(_SAVED_RUN, {**values, "end": None if ending is None else ending.value})
+        self._known.remember(claim.session_id, revision, plan.messages)
+        released, cancel_requested, seqs, texts = _one(saved)
+        if released:
+            return Progress()
+        pending = zip(seqs, texts, strict=True) if ending is not None and unless_steered else ()
+        return Progress(cancel_requested, tuple(Steer(seq, decode_text(text)) for seq, text in pending))
+
+    def renew(self, claims: Sequence[Claim]) -> Renewal:
+        """Extend each claim's lease in one statement for them all; report the claims lost and those asked to cancel."""
+        claims = list(claims)
+        if not claims:
+            return Renewal()
+        keys = [encode_text(claim.session_id) for claim in claims]
+        with self._transaction("renew the leases") as conn:
+            cur = _cursor(conn).execute(_RENEW, (keys, [claim.token for claim in claims]))
+        held = {(bytes(key), token): cancel for key, token, cancel in cur.fetchall()}
+        found = [(claim, held.get((key, claim.token))) for key, claim in zip(keys, claims, strict=True)]
+        return Renewal(
+            frozenset(claim for claim, cancel in found if cancel is None),
+            frozenset(claim for claim, cancel in found if cancel),
+        )
+
+    # --- Connections and transactions ------------------------------------------------------
+
+    def _listing(self, where: str, before: datetime.datetime | None) -> Iterator[SessionInfo]:
+        saved = _PAGE.format(where=_SAVED_BELOW + where, order=_NEWEST_FIRST)
+        yield from self._pages(saved, {"updated": before or _LATEST, "id": b""})
+        if before is None:  # updated_before excludes the never-saved records
+            never_saved = _PAGE.format(where=_NEVER_SAVED_BELOW + where, order=_BY_ID)
+            yield from self._pages(never_saved, {"id": _ABOVE_EVERY_ID})
+
+    def _pages(self, query: str, bound: dict[str, Any]) -> Iterator[SessionInfo]:
+        while True:
+            with self._transaction("list the sessions") as conn:
+                cur = _cursor(conn).execute(query, bound)
+            rows = cur.fetchall()
+            yield from map(_info, rows)
+            if len(rows) < PAGE_SIZE:
+                return
+            bound = {"updated": rows[-1][2], "id": rows[-1][0]}
 
     @contextmanager
-    def _transaction(self, action: str, session_id: str) -> Iterator[_Cursor]:
-        # conn.transaction() also works on autocommit connections; the pipeline sends the
-        # settings with the first statement instead of a round trip each.
-        with self._errors(action, session_id), self.pool.connection() as conn, _pipeline(conn), conn.transaction():
-            conn.execute(_READ_COMMITTED)
-            conn.execute(self._lock_timeout)
-            yield conn.cursor(row_factory=tuple_row)
+    def _transaction(self, action: str, session_id: str | None = None) -> Iterator[_Connection]:
+        """One pipelined transaction: statements travel together until the body reads a result."""
+        with self._connection(action, session_id) as (conn, watch), _pipeline(conn):
+            conn.execute(_BEGIN)
+            # The server's own error, on a connection that stays usable, comes before the watchdog
+            # has to cut it; a lock wait ends first, so its error says that it was a lock.
+            left = (watch.deadline - time.monotonic()) * 1000
+            conn.execute(_LIMITS, (str(max(1, round(left * 0.9))), str(max(1, round(left * 0.85)))))
+            try:
+                yield conn
+            except psycopg.Error:
+                raise
+            except BaseException:
+                conn.execute("ROLLBACK")  # this call's own refusal (a superseded claim): nothing to keep
+                raise
+            conn.execute("COMMIT")
 
     @contextmanager
-    def _errors(self, action: str, session_id: str) -> Iterator[None]:
+    def _connection(self, action: str, session_id: str | None) -> Iterator[tuple[_Connection, _Watch]]:
+        what = f"PostgreSQL store could not {action}"
+        if session_id is not None:
+            what += f" for session {session_id!r:.80}"
+        with self._watchdog.watch(self.timeout) as watch:
+            try:
+                with self.pool.connection(timeout=self.timeout) as conn:
+                    watch.attach(conn)
+                    try:
+                        with _autocommit(conn):
+                            yield conn, watch
+                    finally:
+                        watch.detach()
+            except psycopg.Error as error:
+                if session_id is not None:
+                    self._known.forget(session_id)
+                if watch.cut:
+                    late = f"no answer from PostgreSQL within the store's timeout of {self.timeout:g} s"
+                    raise StoreError(f"{what}: {late}; the connection was closed") from error
+                if isinstance(error, psycopg.errors.UndefinedTable):
+                    raise SchemaMissingError(
+                        f"{what}: its tables are missing ({_first_line(error)}); "
+                        "run agentsessions.stores.postgres.SCHEMA once in this database"
+                    ) from error
+                raise StoreError(f"{what}: {_first_line(error)}") from error
+
+
+class _Watch:
+    """One call's deadline, and the connection to cut if the call is still running then."""
+
+    __slots__ = ("_conn", "_lock", "cut", "deadline", "expired")
+
+    def __init__(self, deadline: float, lock: threading.Lock) -> None:
+        self.deadline = deadline
+        self.expired = False  # the deadline passed before the call was done
+        self.cut = False  # ... and its connection was cut
+        self._lock = lock
+        self._conn: _Connection | None = None
+
+    def attach(self, conn: _Connection) -> None:
+        with self._lock:
+            if self.expired:
+                raise psycopg.OperationalError("no connection was free in the pool within the store's timeout")
+            self._conn = conn
+
+    def detach(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+        # A connection cut just as its call finished must not go back to the pool looking alive.
+        if self.expired and conn is not None and not conn.closed:
+            conn.close()
+
+    def expire(self) -> None:
+        """Called with the lock held: mark the call late and cut its socket, which wakes the waiting thread."""
+        self.expired = True
+        if self._conn is not None:
+            self.cut = True
+            _shut_down(self._conn)
+
+
+class _Watchdog:
+    """A thread, running while calls are in flight, that cuts the connection of a call past its deadline.
+
+    Shutting the socket down ends psycopg's wait at once with an error, and leaves the
+    connection broken, so the pool drops it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # In deadline order: one store's calls share a timeout, and deadlines are taken under the lock.
+        self._watches: dict[_Watch, None] = {}
+        self._running = False
+
+    @contextmanager
+    def watch(self, timeout: float) -> Iterator[_Watch]:
+        with self._lock:
+            watch = _Watch(time.monotonic() + timeout, self._lock)
+            self._watches[watch] = None
+            if not self._running:
+                self._running = True
+                threading.Thread(target=self._run, name="agentsessions-postgres-watchdog", daemon=True).start()
         try:
-            yield
-        except psycopg.Error as error:
-            self._known.forget(session_id)
-            what = f"PostgreSQL store could not {action} for session {session_id!r:.80}"
-            if isinstance(error, psycopg.errors.UndefinedTable):
-                raise SchemaMissingError(
-                    f"{what}: its tables are missing ({_first_line(error)}); "
-                    "run agentsessions.stores.postgres.SCHEMA once in this database"
-                ) from error
-            raise StoreError(f"{what}: {_first_line(error)}") from error
+            yield watch
+        finally:
+            with self._lock:
+                self._watches.pop(watch, None)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                first = next(iter(self._watches), None)
+                if first is None:
+                    self._running = False
+                    return
+                wait = first.deadline - time.monotonic()
+                if wait <= 0:
+                    del self._watches[first]
+                    first.expire()
+                    continue
+            time.sleep(wait)
 
 
-def _pipeline(conn: psycopg.Connection[Any]) -> AbstractContextManager[object]:
+def _shut_down(conn: _Connection) -> None:
+    # shutdown() acts on the socket, not on this duplicate descriptor, and unlike close()
+    # it cannot let the number be reused by another connection under the waiting thread.
+    with suppress(OSError, psycopg.Error), socket.socket(fileno=os.dup(conn.fileno())) as sock:
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+@contextmanager
+def _autocommit(conn: _Connection) -> Iterator[None]:
+    """The connection in autocommit for the call (the store sends BEGIN and COMMIT itself), then as it was."""
+    was = conn.autocommit
+    if not was:
+        conn.autocommit = True  # a client-side flag: no round trip
+    try:
+        yield
+    finally:
+        if not conn.closed:
+            if conn.info.transaction_status != TransactionStatus.IDLE:
+                conn.execute("ROLLBACK")  # a failed statement left the transaction open
+            conn.autocommit = was
+
+
+def _pipeline(conn: _Connection) -> AbstractContextManager[object]:
     # Pipeline mode needs libpq 14 or newer; without it the same statements go one by one.
     return conn.pipeline() if psycopg.Pipeline.is_supported() else nullcontext()
+
+
+def _cursor(conn: _Connection) -> psycopg.Cursor[tuple[Any, ...]]:
+    # The pool's connections may have another row factory; rows here are tuples.
+    return conn.cursor(row_factory=tuple_row)
+
+
+def _write_messages(conn: _Connection, key: bytes, plan: SavePlan, revision: int, length: int) -> None:
+    """Delete the stored rows past what is still right, and insert the new ones."""
+    keep = plan.rows_to_keep(revision)
+    if length > keep:
+        conn.execute(_DELETE_MESSAGES_FROM, (key, keep))
+    if len(plan.messages) > keep:
+        conn.cursor().executemany(_INSERT_MESSAGE, plan.rows(key, keep))
+
+
+def _one(cur: psycopg.Cursor[tuple[Any, ...]]) -> tuple[Any, ...]:
+    row = cur.fetchone()
+    assert row is not None  # RETURNING or reading a record this transaction holds locked
+    return row
+
+
+def _info(row: tuple[Any, ...]) -> SessionInfo:
+    key, length, updated, run_state, holder, expires, cancel, pending, now = row
+    state = derive_state(run_state, expires, now)
+    return SessionInfo(decode_text(key), length, _utc(updated), state, _text(holder), _utc(expires), pending, cancel)
+
+
+def _utc(value: datetime.datetime | None) -> datetime.datetime | None:
+    return None if value is None else value.astimezone(datetime.UTC)
+
+
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else decode_text(value)
 
 
 def _first_line(error: BaseException) -> str:
