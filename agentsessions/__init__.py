@@ -30,7 +30,7 @@ from agentsessions.errors import (
 from agentsessions.messages import Content, ContentType, Message, Role
 from agentsessions.runner import Run, Runner
 from agentsessions.runs import RunState, SessionInfo
-from agentsessions.session import RunStore, Session, Store, StoreSession, open
+from agentsessions.session import ForkStore, RunStore, Session, Store, StoreSession, open
 from agentsessions.spec import Pattern, Result, Spec, StopReason
 from agentsessions.tools import Tool, tool
 
@@ -48,6 +48,7 @@ __all__ = [
     "EndpointStatusError",
     "EndpointTimeoutError",
     "EndpointTransportError",
+    "ForkStore",
     "FormatError",
     "InvalidSessionIdError",
     "Message",
