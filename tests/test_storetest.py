@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 import functools
 import itertools
 import json
@@ -11,13 +12,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Iterator, Sequence
 
 import attrs
 import pytest
 
+from agentsessions.errors import SessionBusyError
 from agentsessions.messages import Message, check_transcript
-from agentsessions.session import Store, check_session_id, check_steer
+from agentsessions.runs import Claim, Progress, RunState, SessionInfo, check_updated_before, state_filter, utcnow
+from agentsessions.session import RunStore, Store, check_session_id, check_steer
 from agentsessions.stores import storetest
 from agentsessions.stores.memory import MemoryStore
 
@@ -195,14 +199,110 @@ class FailsOnUnknownSessions(DictStore):
         return list(self.transcripts[self.key(session_id)])
 
 
+# --- Run stores that break the RunStore contract (each a MemoryStore with one mistake) ---------------
+
+
+class NeverBusy(MemoryStore):
+    """Lets a second run claim a session whose lease is live."""
+
+    def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
+        """Claim, ending the live lease first if there is one."""
+        with contextlib.suppress(SessionBusyError):
+            return super().claim(session_id, replica=replica, lease=lease)
+        self._sessions[session_id].lease_expires_at = utcnow()
+        return super().claim(session_id, replica=replica, lease=lease)
+
+
+class NoFencing(MemoryStore):
+    """Lets any claim save while some run holds the session, whatever its token."""
+
+    def save_run(self, claim: Claim, messages: Sequence[Message], **kwargs: object) -> Progress:
+        """Save as whoever holds the session now."""
+        entry = self._sessions.get(claim.session_id)
+        if entry is not None and entry.run_state is RunState.RUNNING:
+            claim = attrs.evolve(claim, token=entry.token)
+        return super().save_run(claim, messages, **kwargs)  # type: ignore[arg-type]
+
+
+class TokensRestartAfterDelete(MemoryStore):
+    """Numbers claims per session, so a session deleted and made again reuses its tokens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.claims: Counter[str] = Counter()
+
+    def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
+        """Claim with the session's own count of claims as the token."""
+        claim = super().claim(session_id, replica=replica, lease=lease)
+        self.claims[session_id] += 1
+        self._sessions[session_id].token = self.claims[session_id]
+        return attrs.evolve(claim, token=self.claims[session_id])
+
+    def delete(self, session_id: str) -> bool:
+        """Delete, forgetting the count."""
+        self.claims.pop(session_id, None)
+        return super().delete(session_id)
+
+
+class PagesOnUpdatedAtOnly(MemoryStore):
+    """Lists in pages of 7 after the last ``updated_at`` seen, dropping the rest of a run of ties."""
+
+    def sessions(
+        self, *, state: RunState | Collection[RunState] | None = None, updated_before: object = None
+    ) -> Iterator[SessionInfo]:
+        """Check the arguments, then page lazily."""
+        state_filter(state), check_updated_before(updated_before)
+        return self.pages(state, updated_before)
+
+    def pages(self, state: RunState | Collection[RunState] | None, before: object) -> Iterator[SessionInfo]:
+        """Each page: the first 7 listed with an older ``updated_at`` than the last one yielded."""
+        never = datetime.datetime.min.replace(tzinfo=datetime.UTC)
+        last: SessionInfo | None = None
+        while True:
+            listed = super().sessions(state=state, updated_before=before)  # type: ignore[arg-type]
+            page = [i for i in listed if last is None or (i.updated_at or never) < (last.updated_at or never)][:7]
+            yield from page
+            if len(page) < 7:
+                return
+            last = page[-1]
+
+
+class ReleasesThoughSteered(MemoryStore):
+    """Releases the session even when steers arrived since the run last collected them."""
+
+    def save_run(self, claim: Claim, messages: Sequence[Message], **kwargs: object) -> Progress:
+        """Save, ignoring ``unless_steered``."""
+        kwargs.pop("unless_steered", None)
+        return super().save_run(claim, messages, **kwargs)  # type: ignore[arg-type]
+
+
+class CancelsAnything(MemoryStore):
+    """Says a cancel reached a run even when no run holds the session."""
+
+    def cancel(self, session_id: str) -> bool:
+        """Cancel, and report success either way."""
+        super().cancel(session_id)
+        return True
+
+
 def test_memory_store_passes_and_reports_examples() -> None:
     report = storetest.run(MemoryStore, max_examples=EXAMPLES)
     assert tuple(report.examples) == storetest.PROPERTIES
+    assert report.skipped == ()
     assert all(count >= 1 for count in report.examples.values()), report.examples
     assert report.examples["the store agrees with a dict model"] >= EXAMPLES
+    assert report.examples["run states follow their transitions"] >= EXAMPLES
     assert report.total == sum(report.examples.values())
     assert report.seconds > 0
-    assert re.fullmatch(r"storetest: \d+ examples over 9 properties in \d+\.\d s", str(report))
+    assert re.fullmatch(r"storetest: \d+ examples over 18 properties in \d+\.\d s", str(report))
+
+
+def test_a_store_with_only_the_seed_methods_skips_the_run_properties() -> None:
+    assert not isinstance(DictStore(), RunStore)
+    report = storetest.run(DictStore, max_examples=2)
+    assert report.skipped == storetest.RUN_PROPERTIES
+    assert tuple(report.examples) == tuple(p for p in storetest.PROPERTIES if p not in storetest.RUN_PROPERTIES)
+    assert str(report).endswith(f"({len(storetest.RUN_PROPERTIES)} skipped: not a RunStore)")
 
 
 def test_one_store_can_be_reused_across_runs() -> None:
@@ -221,6 +321,8 @@ def test_stores_over_the_same_data_are_used_as_replicas() -> None:
 def test_max_examples_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_examples"):
         storetest.run(MemoryStore, max_examples=0)
+    with pytest.raises(ValueError, match="listing_sessions"):
+        storetest.run(MemoryStore, listing_sessions=1)
 
 
 BROKEN = [
@@ -240,12 +342,30 @@ BROKEN = [
     pytest.param("unknown sessions are empty", FailsOnUnknownSessions, id="fails-on-unknown"),
 ]
 
+# Each of these is told first by the property about its mistake, though others may fail too.
+BROKEN_RUNS = [
+    pytest.param("leases run out and stalled sessions are taken over", NeverBusy, id="never-busy"),
+    pytest.param("leases run out and stalled sessions are taken over", NoFencing, id="no-fencing"),
+    pytest.param("fencing tokens grow, also across delete", TokensRestartAfterDelete, id="tokens-restart"),
+    pytest.param("listing pages through every session once", PagesOnUpdatedAtOnly, id="drops-ties-across-pages"),
+    pytest.param("no steer is orphaned at release", ReleasesThoughSteered, id="releases-though-steered"),
+    pytest.param("cancel reaches the holder", CancelsAnything, id="cancels-when-idle"),
+]
+
 
 @pytest.mark.parametrize(("prop", "factory"), BROKEN)
 def test_a_broken_store_fails_naming_the_property(prop: str, factory: Callable[[], Store]) -> None:
     with pytest.raises(AssertionError, match=re.escape(repr(prop))) as caught:
         storetest.run(factory, max_examples=EXAMPLES)
     assert str(caught.value).startswith("storetest property '")
+    assert caught.value.__cause__ is not None
+
+
+@pytest.mark.parametrize(("prop", "factory"), BROKEN_RUNS)
+def test_a_broken_run_store_fails_naming_the_property_first(prop: str, factory: Callable[[], Store]) -> None:
+    with pytest.raises(AssertionError) as caught:
+        storetest.run(factory, max_examples=EXAMPLES, listing_sessions=40)
+    assert str(caught.value).startswith(f"storetest property {prop!r}: "), str(caught.value)
     assert caught.value.__cause__ is not None
 
 

@@ -25,8 +25,10 @@ from hypothesis import strategies as st
 from hypothesis.errors import Flaky
 
 from agentsessions.messages import Content, ContentType, Message, Role
-from agentsessions.session import Store
+from agentsessions.runs import Claim, RunState, Steer
+from agentsessions.session import RunStore, Store
 
+PREFIX_LEN = len(f"storetest-{'0' * 32}-{0:08d}-")
 JOIN_SECONDS = 30.0  # a thread still running after this is taken for a deadlock
 THREAD_SECONDS = 5.0  # each race stops by itself after this long
 ADDERS = TAKERS = 4
@@ -118,6 +120,61 @@ def id_family(draw: st.DrawFn) -> list[str]:
 
 
 # --- Running --------------------------------------------------------------------------
+
+
+@attrs.define
+class Context:
+    """What one property's checks share: its stores, Hypothesis settings and fresh ids."""
+
+    store: Store
+    settings: hypothesis.settings
+    threaded: hypothesis.settings
+    token: str
+    serial: Iterator[int]
+    replica: Store = attrs.field(default=attrs.Factory(lambda self: self.store, takes_self=True))
+    examples: int = 0
+    listing_sessions: int = 1100
+
+    def new_id(self, suffix: str = "") -> str:
+        """A session id no other example, property or run uses: a fresh prefix, then ``suffix``."""
+        prefix = f"storetest-{self.token}-{next(self.serial):08d}-"
+        assert len(prefix) == PREFIX_LEN
+        return prefix + suffix
+
+    def find_replica(self, candidate: Store) -> None:
+        """Use ``candidate`` as the replica if it reads what ``store`` writes."""
+        if candidate is not self.store:
+            probe = self.new_id("replica probe")
+            self.store.save(probe, [Message.user(probe)])
+            if candidate.messages(probe) == [Message.user(probe)]:
+                self.replica = candidate
+            if isinstance(self.store, RunStore):
+                self.store.delete(probe)
+
+    @property
+    def both(self) -> tuple[Store, Store]:
+        """The store and its replica (the store twice when there is none)."""
+        return self.store, self.replica
+
+    @property
+    def runs(self) -> tuple[RunStore, RunStore]:
+        """The store and its replica as run stores; only for stores that are one."""
+        store, replica = self.both
+        assert isinstance(store, RunStore)
+        return store, replica if isinstance(replica, RunStore) else store
+
+    def fewer(self, divisor: int = 5) -> hypothesis.settings:
+        """The settings with a ``divisor``-th of the examples, for properties of many calls each."""
+        return hypothesis.settings(self.settings, max_examples=max(1, self.settings.max_examples // divisor))
+
+
+def wait_until(what: str, probe: Callable[[], bool], seconds: float) -> None:
+    """Poll ``probe`` until it is true; ``AssertionError`` naming ``what`` after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not probe():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} had not happened after {seconds:.1f} s")
+        time.sleep(0.01)
 
 
 def hypothesis_settings(max_examples: int, *, stateful_steps: int) -> hypothesis.settings:
@@ -326,4 +383,65 @@ def _check_taken_once(added: list[str], takes: list[list[str]]) -> None:
             adder, n, _ = text.split(":", 2)
             if int(n) < last.get(adder, -1):
                 raise AssertionError(f"taker {t} got adder {adder}'s steer {n} after its steer {last[adder]}")
+            last[adder] = int(n)
+
+
+def race_release(stores: tuple[RunStore, RunStore], claim: Claim, per_adder: int, rounds: int) -> None:
+    """A run saves ``rounds`` times, then releases unless steered, while threads add steers.
+
+    Every steer whose ``add_steer`` said ``RUNNING`` must reach the run's transcript; every
+    other must stay pending for the next run; none may be both, or neither.
+    """
+    session_id, lock = claim.session_id, threading.Lock()
+    states: dict[str, RunState] = {}
+    taken: list[str] = []
+
+    def adder(a: int) -> None:
+        for n in range(per_adder):
+            text = f"{a}:{n}"
+            state = stores[a % 2].add_steer(session_id, text)
+            with lock:
+                states[text] = state
+
+    def run() -> None:
+        pending: Sequence[Steer] = ()
+        for step in itertools.count():
+            got = list(pending) or stores[0].peek_steers(session_id)
+            taken.extend(steer.text for steer in got)
+            end = RunState.FINISHED if step >= rounds else None
+            transcript = [Message.user(text) for text in taken]
+            progress = stores[0].save_run(claim, transcript, taken=[s.seq for s in got], end=end, unless_steered=True)
+            if end is not None and not progress.pending:
+                return
+            pending = progress.pending
+
+    run_threads([run, *(functools.partial(adder, a) for a in range(ADDERS))])
+    left = [steer.text for steer in stores[1].peek_steers(session_id)]
+    _check_released(states, taken, left)
+    want = [Message.user(text) for text in taken]
+    check_equal(stores[1].messages(session_id), want, "messages() after the run released, unless steered")
+
+
+def _check_released(states: dict[str, RunState], taken: list[str], left: list[str]) -> None:
+    odd = {text: state for text, state in states.items() if state not in (RunState.RUNNING, RunState.FINISHED)}
+    if odd:
+        raise AssertionError(f"add_steer() during a run and its release returned {short(odd)}")
+    live = [text for text, state in states.items() if state is RunState.RUNNING]
+    later = [text for text, state in states.items() if state is RunState.FINISHED]
+    orphans = sorted(set(live) - set(taken))
+    stolen = sorted(set(later) - set(left))
+    twice = sorted((Counter(taken) + Counter(left)) - Counter(states.keys()))
+    if orphans or stolen or twice:
+        raise AssertionError(
+            f"of {len(states)} steers added while a run released its session: {len(orphans)} added while it "
+            f"was RUNNING never reached the run {short(orphans[:5])}, {len(stolen)} added after it finished "
+            f"are not pending {short(stolen[:5])}, {len(twice)} both taken and pending or taken twice "
+            f"{short(twice[:5])}"
+        )
+    for where, texts in (("the run's transcript", taken), ("the pending steers", left)):
+        last: dict[str, int] = {}
+        for text in texts:
+            adder, n = text.split(":")
+            if int(n) < last.get(adder, -1):
+                raise AssertionError(f"{where}: adder {adder}'s steer {n} came after its steer {last[adder]}")
             last[adder] = int(n)

@@ -11,11 +11,16 @@ A store author's whole test file::
 ``AssertionError`` naming the property that failed, chained from what went wrong. It
 touches only session ids of its own making, each starting with ``storetest-`` and a
 random token fresh to the run, so the factory may hand back one long-lived store on a
-database that already holds data. Those sessions stay behind (a store has no delete).
-When two stores from the factory share their data, as two connections to one database
-do, every property also runs with one object writing and the other reading, the way
-replicas use a store. Importing this module imports Hypothesis; ``import agentsessions``
-never does.
+database that already holds data. When two stores from the factory share their data, as
+two connections to one database do, every property also runs with one object writing
+and the other reading, the way replicas use a store.
+
+The properties of :data:`RUN_PROPERTIES` (claims, leases, fencing, listing, delete,
+cancel) run when the store is a :class:`~agentsessions.session.RunStore`, and are
+reported in :attr:`Report.skipped` for a store with only the four methods of
+:class:`~agentsessions.session.Store`. They delete every session they make; the
+sessions of the other properties stay behind. Importing this module imports Hypothesis;
+``import agentsessions`` never does.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import sys
 import time
 import types
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -36,12 +41,15 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
 from agentsessions.messages import Content, Message, Role
-from agentsessions.session import MAX_SESSION_ID, Store
+from agentsessions.session import MAX_SESSION_ID, RunStore, Store
+from agentsessions.stores._storetest_runs import RUN_CHECKS, RUN_PROPERTIES
 from agentsessions.stores._storetest_support import (
     CONTENT,
     MESSAGE,
+    PREFIX_LEN,
     TEXT,
     TOOL_INPUT,
+    Context,
     check_equal,
     check_raises,
     describe,
@@ -56,7 +64,7 @@ from agentsessions.stores._storetest_support import (
     transcripts,
 )
 
-__all__ = ["PROPERTIES", "Report", "run"]
+__all__ = ["PROPERTIES", "RUN_PROPERTIES", "Report", "run"]
 
 MODEL = "the store agrees with a dict model"
 VERBATIM = "strings are kept verbatim"
@@ -70,10 +78,13 @@ FRESH = "messages() returns a new list"
 
 # Verbatim comes early: most other properties round-trip arbitrary text too, and a store that
 # mangles text is best told so by the property about text.
-PROPERTIES: tuple[str, ...] = (UNKNOWN, VERBATIM, STEERS, REPLACES, FRESH, ISOLATED, REJECTED, MODEL, READERS)
+PROPERTIES: tuple[str, ...] = (
+    *(UNKNOWN, VERBATIM, STEERS, REPLACES, FRESH, ISOLATED, REJECTED, MODEL, READERS),
+    *RUN_PROPERTIES,
+)
 """The names of the properties :func:`run` checks, in the order it checks them."""
 
-_PREFIX_LEN = len(f"storetest-{uuid.uuid4().hex}-{0:08d}-")
+_PREFIX_LEN = PREFIX_LEN
 _STEPS = 20
 
 
@@ -85,14 +96,17 @@ def _read_only(counts: Mapping[str, int]) -> Mapping[str, int]:
 class Report:
     """What a passing :func:`run` checked.
 
-    ``examples`` maps each property to the Hypothesis examples it ran; ``seconds`` is the
-    whole run; ``replicas`` is true when two stores from the factory shared their data,
-    so the properties also ran with one store object writing and another reading.
+    ``examples`` maps each property that ran to the Hypothesis examples it ran; ``seconds``
+    is the whole run; ``replicas`` is true when two stores from the factory shared their
+    data, so the properties also ran with one store object writing and another reading.
+    ``skipped`` names the properties of :data:`RUN_PROPERTIES` left out because the store
+    is not a :class:`~agentsessions.session.RunStore`.
     """
 
     examples: Mapping[str, int] = attrs.field(converter=_read_only)
     seconds: float
     replicas: bool = False
+    skipped: tuple[str, ...] = ()
 
     @property
     def total(self) -> int:
@@ -100,32 +114,41 @@ class Report:
         return sum(self.examples.values())
 
     def __str__(self) -> str:
-        return f"storetest: {self.total} examples over {len(self.examples)} properties in {self.seconds:.1f} s"
+        text = f"storetest: {self.total} examples over {len(self.examples)} properties in {self.seconds:.1f} s"
+        return f"{text} ({len(self.skipped)} skipped: not a RunStore)" if self.skipped else text
 
 
-def run(factory: Callable[[], Store], *, max_examples: int = 50) -> Report:
+def run(factory: Callable[[], Store], *, max_examples: int = 50, listing_sessions: int = 1100) -> Report:
     """Check that the stores ``factory()`` returns meet the :class:`~agentsessions.Store` contract.
 
     ``factory`` is called twice per property. It may return the same store each time, a
     new object over the same data (then both are used, as two replicas would), or a new,
     empty store. ``max_examples`` bounds the Hypothesis examples of each property (the
-    threaded ones run a tenth as many). Every property runs; the ``AssertionError`` names
-    the first that failed, lists the others, and is chained from the first failure.
+    threaded ones run a tenth as many). ``listing_sessions`` is how many sessions the
+    listing property makes, half of them never saved (so they share one ``updated_at``):
+    more than twice the store's page size, so that pages turn inside a run of ties. Every
+    property runs; the ``AssertionError`` names the first that failed, lists the others,
+    and is chained from the first failure.
     """
     if max_examples < 1:
         raise ValueError(f"max_examples must be at least 1, got {max_examples}")
+    if listing_sessions < 2:
+        raise ValueError(f"listing_sessions must be at least 2, got {listing_sessions}")
     started = time.perf_counter()
     settings = hypothesis_settings(max_examples, stateful_steps=_STEPS)
     threaded = hypothesis.settings(settings, max_examples=max(1, max_examples // 10))
     token, serial = uuid.uuid4().hex, itertools.count()
     counts: dict[str, int] = {}
     failures: list[tuple[str, Exception]] = []
-    replicas = True
+    replicas, skipped = True, []
     for name in PROPERTIES:
         if failures:  # only the first failure is shown in full, so the others need no shrinking
             settings = hypothesis.settings(settings, phases=(Phase.explicit, Phase.generate))
             threaded = hypothesis.settings(threaded, phases=(Phase.explicit, Phase.generate))
-        context = _Context(factory(), settings, threaded, token, serial)
+        context = Context(factory(), settings, threaded, token, serial, listing_sessions=listing_sessions)
+        if name in RUN_PROPERTIES and not isinstance(context.store, RunStore):
+            skipped.append(name)
+            continue
         try:
             context.find_replica(factory())
             _CHECKS[name](context)
@@ -139,39 +162,7 @@ def run(factory: Callable[[], Store], *, max_examples: int = 50) -> Report:
         for other, problem in failures[1:]:
             message += f"\nalso failed: {other!r}: {describe(problem).splitlines()[0]:.200}"
         raise AssertionError(message) from cause
-    return Report(counts, time.perf_counter() - started, replicas)
-
-
-@attrs.define
-class _Context:
-    """What one property's checks share: its stores, Hypothesis settings and fresh ids."""
-
-    store: Store
-    settings: hypothesis.settings
-    threaded: hypothesis.settings
-    token: str
-    serial: Iterator[int]
-    replica: Store = attrs.field(default=attrs.Factory(lambda self: self.store, takes_self=True))
-    examples: int = 0
-
-    def new_id(self, suffix: str = "") -> str:
-        """A session id no other example, property or run uses: a fresh prefix, then ``suffix``."""
-        prefix = f"storetest-{self.token}-{next(self.serial):08d}-"
-        assert len(prefix) == _PREFIX_LEN
-        return prefix + suffix
-
-    def find_replica(self, candidate: Store) -> None:
-        """Use ``candidate`` as the replica if it reads what ``store`` writes."""
-        if candidate is not self.store:
-            probe = self.new_id("replica probe")
-            self.store.save(probe, [Message.user(probe)])
-            if candidate.messages(probe) == [Message.user(probe)]:
-                self.replica = candidate
-
-    @property
-    def both(self) -> tuple[Store, Store]:
-        """The store and its replica (the store twice when there is none)."""
-        return self.store, self.replica
+    return Report(counts, time.perf_counter() - started, replicas, tuple(skipped))
 
 
 def _carrying(text: str) -> list[Message]:
@@ -185,7 +176,7 @@ def _carrying(text: str) -> list[Message]:
     ]
 
 
-def _round_trip(context: _Context, transcript: list[Message], steers: list[str], what: str) -> None:
+def _round_trip(context: Context, transcript: list[Message], steers: list[str], what: str) -> None:
     session_id = context.new_id()
     context.store.save(session_id, transcript)
     for text in steers:
@@ -203,7 +194,7 @@ _VIA = ("the store", "the replica")
 class _Machine(RuleBasedStateMachine):
     """Two sessions, whose ids differ only in case, and the store and its replica to reach them."""
 
-    def __init__(self, context: _Context) -> None:
+    def __init__(self, context: Context) -> None:
         super().__init__()
         context.examples += 1
         self.stores = context.both
@@ -218,7 +209,7 @@ class _TranscriptMachine(_Machine):
     and saves need to follow saves for an incremental store's mistakes to show.
     """
 
-    def __init__(self, context: _Context) -> None:
+    def __init__(self, context: Context) -> None:
         super().__init__(context)
         self.saved: dict[str, list[list[Message]]] = {session_id: [] for session_id in self.ids}
         self.tags = itertools.count()
@@ -247,7 +238,7 @@ class _TranscriptMachine(_Machine):
 class _SteerMachine(_Machine):
     """Random adds and takes of steers, each through the store or its replica, checked against a dict."""
 
-    def __init__(self, context: _Context) -> None:
+    def __init__(self, context: Context) -> None:
         super().__init__(context)
         self.steers: dict[str, list[str]] = {}
 
@@ -273,7 +264,7 @@ class _SteerMachine(_Machine):
 _run_machine: Callable[..., None] = run_state_machine_as_test
 
 
-def _check_model(context: _Context) -> None:
+def _check_model(context: Context) -> None:
     def transcripts_against_a_dict() -> _TranscriptMachine:
         return _TranscriptMachine(context)
 
@@ -301,7 +292,7 @@ _SPECIAL_TEXTS: tuple[tuple[str, str], ...] = (
 )
 
 
-def _check_verbatim(context: _Context) -> None:
+def _check_verbatim(context: Context) -> None:
     for label, text in _SPECIAL_TEXTS:
         context.examples += 1
         _round_trip(context, _carrying(text), [text], label)
@@ -327,7 +318,7 @@ _TRICKY_SUFFIXES = (
 )
 
 
-def _tricky_ids(context: _Context) -> list[str]:
+def _tricky_ids(context: Context) -> list[str]:
     ids = [context.new_id(suffix) for suffix in _TRICKY_SUFFIXES]
     # Ids at the limit that differ only in their last character, plus one a character short.
     longest = context.new_id("x" * (MAX_SESSION_ID - _PREFIX_LEN - 1))
@@ -349,7 +340,7 @@ def _check_isolated_ids(store: Store, ids: Sequence[str]) -> None:
         check_equal(store.take_steers(session_id), want, what)
 
 
-def _check_ids(context: _Context) -> None:
+def _check_ids(context: Context) -> None:
     context.examples += 1
     _check_isolated_ids(context.store, _tricky_ids(context))
 
@@ -369,7 +360,7 @@ _JUNK: st.SearchStrategy[object] = st.one_of(
 )
 
 
-def _check_rejected_id(context: _Context, bad: Any) -> None:
+def _check_rejected_id(context: Context, bad: Any) -> None:
     store = context.store
     calls: dict[str, Callable[[], object]] = {
         "save": lambda: store.save(bad, [Message.user("rejected")]),
@@ -385,7 +376,7 @@ def _check_rejected_id(context: _Context, bad: Any) -> None:
         check_equal(store.take_steers(bad[:MAX_SESSION_ID]), [], what)
 
 
-def _check_rejected(context: _Context) -> None:
+def _check_rejected(context: Context) -> None:
     store = context.store
     too_long = st.text(min_size=MAX_SESSION_ID + 1 - _PREFIX_LEN, max_size=300).map(context.new_id)
 
@@ -427,7 +418,7 @@ def _check_rejected(context: _Context) -> None:
     bad_transcripts()
 
 
-def _check_unknown(context: _Context) -> None:
+def _check_unknown(context: Context) -> None:
     @context.settings
     @given(suffix=st.text(max_size=MAX_SESSION_ID - _PREFIX_LEN))
     def unknown(suffix: str) -> None:
@@ -442,7 +433,7 @@ def _check_unknown(context: _Context) -> None:
     unknown()
 
 
-def _check_replaces(context: _Context) -> None:
+def _check_replaces(context: Context) -> None:
     @context.settings
     @given(first=transcripts(2, 5), other=transcripts(1, 4), changed=MESSAGE)
     def replaces(first: list[Message], other: list[Message], changed: Message) -> None:
@@ -457,7 +448,7 @@ def _check_replaces(context: _Context) -> None:
 
 
 def _replace_steps(
-    context: _Context, session_id: str, first: list[Message], other: list[Message], changed: Message
+    context: Context, session_id: str, first: list[Message], other: list[Message], changed: Message
 ) -> None:
     store, replica = context.both
     # Each save is read back through the store object that made it only, so the other one
@@ -499,7 +490,7 @@ def _replace_in_place(store: Store, session_id: str, other: list[Message], chang
     check_equal(store.messages(session_id), snapshot, "messages() after saving a list again once it changed")
 
 
-def _check_fresh_lists(context: _Context) -> None:
+def _check_fresh_lists(context: Context) -> None:
     store = context.store
 
     @context.settings
@@ -520,7 +511,7 @@ def _check_fresh_lists(context: _Context) -> None:
     fresh()
 
 
-def _check_readers(context: _Context) -> None:
+def _check_readers(context: Context) -> None:
     failures: list[Exception] = []
 
     # Failures here depend on thread timing, so they are kept rather than raised: Hypothesis
@@ -543,7 +534,7 @@ def _check_readers(context: _Context) -> None:
         raise failures[0]
 
 
-def _check_steers_in_order(context: _Context) -> None:
+def _check_steers_in_order(context: Context) -> None:
     store = context.store
 
     @context.settings
@@ -562,7 +553,7 @@ def _check_steers_in_order(context: _Context) -> None:
     in_order()
 
 
-def _check_steers(context: _Context) -> None:
+def _check_steers(context: Context) -> None:
     _check_steers_in_order(context)
     failures: list[Exception] = []
 
@@ -583,7 +574,8 @@ def _check_steers(context: _Context) -> None:
         raise failures[0]
 
 
-_CHECKS: dict[str, Callable[[_Context], None]] = {
+_CHECKS: dict[str, Callable[[Context], None]] = {
+    **RUN_CHECKS,
     MODEL: _check_model,
     VERBATIM: _check_verbatim,
     ISOLATED: _check_ids,
