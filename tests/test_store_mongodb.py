@@ -1,4 +1,4 @@
-"""The MongoDB store: the conformance suite, missing indexes, 16 MB limits, incremental saves, races.
+"""The MongoDB store: the conformance suite, missing indexes, 16 MB limits, incremental saves, races, runs.
 
 Against a SecantusDB server started in this process (a MongoDB wire-protocol server), or
 the server at ``AGENTSESSIONS_TEST_MONGODB``. Each test uses a database of its own.
@@ -7,6 +7,7 @@ the server at ``AGENTSESSIONS_TEST_MONGODB``. Each test uses a database of its o
 from __future__ import annotations
 
 import contextlib
+import datetime
 import functools
 import itertools
 import subprocess
@@ -19,7 +20,7 @@ from typing import Any
 
 import pymongo
 import pytest
-from conftest import MONGODB_URI, require_server
+from conftest import MONGODB_URI, require_server, wait_for
 from crossprocess import check_steers_across_processes
 from pymongo import MongoClient
 from pymongo.database import Database
@@ -27,7 +28,8 @@ from pymongo.monitoring import CommandFailedEvent, CommandListener, CommandStart
 
 import agentsessions as agent
 from agentsessions.codec import dump_message
-from agentsessions.stores import mongodb, storetest
+from agentsessions.runs import Progress, Renewal
+from agentsessions.stores import _mongodb_layout, mongodb, storetest
 
 Client = MongoClient[dict[str, Any]]
 
@@ -123,12 +125,14 @@ def test_a_single_17_mb_message_round_trips(database: Database[Any]) -> None:
 
 
 class _Inserts(CommandListener):
-    """Counts the message documents sent in insert commands."""
+    """Counts the message documents sent in insert commands, and every command by name."""
 
     def __init__(self) -> None:
         self.documents = 0
+        self.commands: list[str] = []
 
     def started(self, event: CommandStartedEvent) -> None:
+        self.commands.append(event.command_name)
         if event.command_name == "insert" and event.command["insert"] == mongodb.MESSAGES:
             self.documents += len(event.command["documents"])
 
@@ -242,7 +246,7 @@ def test_a_dead_writers_documents_do_not_block_the_next_save(database: Database[
 def test_a_read_that_a_save_and_a_stale_writer_overtook_starts_over(database: Database[Any]) -> None:
     store = mongodb.MongoStore(database)
     store.save("s", _transcript(5))
-    before = mongodb._parse_state(database[mongodb.SESSIONS].find_one({"_id": "s"}))
+    before = _mongodb_layout.parse_state(database[mongodb.SESSIONS].find_one({"_id": "s"}))
     assert before is not None
     # A reader has read `before`. A save changes message 3, commits, and deletes the old 3 and 4...
     changed = [*_transcript(3), agent.Message.user("changed"), agent.Message.assistant("after")]
@@ -292,6 +296,17 @@ def test_a_standalone_server_is_enough() -> None:
             store.add_steer("s", "steer")
             assert mongodb.MongoStore(database).messages("s") == [*_transcript(2), agent.Message.user("changed")]
             assert store.take_steers("s") == ["steer"]
+            # And a run, start to end: every call of a RunStore.
+            claim = store.claim("s", replica="r", lease=30)
+            assert store.add_steer("s", "during") is agent.RunState.RUNNING
+            (steer,) = store.peek_steers("s")
+            carried = [*_transcript(2), agent.Message.user("during")]
+            assert store.save_run(claim, carried, taken=[steer.seq]) == Progress()
+            assert store.renew([claim]) == Renewal()
+            assert store.cancel("s")
+            assert store.save_run(claim, carried, end=agent.RunState.CANCELLED) == Progress()
+            assert [info.state for info in store.sessions()] == [agent.RunState.CANCELLED]
+            assert store.delete("s") and store.info("s") == agent.SessionInfo("s")
 
 
 def test_ids_with_lone_surrogates_are_kept_apart(database: Database[Any]) -> None:
@@ -317,3 +332,101 @@ def test_processes_hand_each_steer_to_exactly_one_taker(client: Client, database
     host, port = client.address or ("127.0.0.1", 27017)
     uri = MONGODB_URI or f"mongodb://{host}:{port}/?directConnection=true"
     check_steers_across_processes(functools.partial(connected_store, uri, database.name))
+
+
+@contextlib.contextmanager
+def _watched(client: Client, database: Database[Any]) -> Iterator[tuple[mongodb.MongoStore, _Inserts]]:
+    """A store over a client of its own whose commands are counted."""
+    listener = _Inserts()
+    host, port = client.address or ("127.0.0.1", 27017)
+    watched: Client
+    with MongoClient(host, port, event_listeners=[listener]) as watched:
+        yield mongodb.MongoStore(watched[database.name]), listener
+
+
+def test_renewing_many_claims_is_one_write_and_one_read(client: Client, database: Database[Any]) -> None:
+    with _watched(client, database) as (store, commands):
+        claims = [store.claim(f"s{i}", replica="r", lease=60) for i in range(40)]
+        store.cancel("s1")
+        lost = store.claim("gone", replica="r", lease=60)
+        store.delete("gone")
+        taken_over = store.claim("over", replica="r", lease=0.001)
+        wait_for("the short lease to run out", lambda: store.info("over").state is agent.RunState.STALLED)
+        store.claim("over", replica="other", lease=60)
+        commands.commands.clear()
+        renewal = store.renew([*claims, lost, taken_over])
+        assert commands.commands == ["update", "find"]
+        assert renewal == Renewal(lost=frozenset({lost, taken_over}), cancelling=frozenset({claims[1]}))
+        commands.commands.clear()
+        assert store.renew([]) == Renewal() and commands.commands == []
+
+
+def test_a_steer_past_the_document_limit_is_a_store_error_that_changes_nothing(database: Database[Any]) -> None:
+    store = mongodb.MongoStore(database)
+    store.add_steer("s", "small")
+    before = database[mongodb.SESSIONS].find_one({"_id": "s"})
+    with pytest.raises(agent.StoreError, match="16 MB") as caught:
+        store.add_steer("s", "x" * 20_000_000)
+    assert not isinstance(caught.value, agent.ConflictError)
+    assert database[mongodb.SESSIONS].find_one({"_id": "s"}) == before  # the counter did not move
+    assert store.add_steer("s", "next") is agent.RunState.IDLE
+    assert [(steer.seq, steer.text) for steer in store.peek_steers("s")] == [(1, "small"), (2, "next")]
+    # Steers that fit one by one but not together: refused when the waiting ones would pass 15 MiB.
+    chunk = "é" * (2 * 1024 * 1024)  # 4 MiB of UTF-8
+    for _ in range(3):
+        store.add_steer("s", chunk)
+    with pytest.raises(agent.StoreError, match="16 MB"):
+        store.add_steer("s", chunk)
+    assert len(store.peek_steers("s")) == 5
+    assert len(store.take_steers("s")) == 5
+    assert store.add_steer("s", chunk) is agent.RunState.IDLE  # taking made room again
+    claim = store.claim("s", replica="r", lease=60)
+    (steer,) = store.peek_steers("s")
+    store.save_run(claim, [agent.Message.user(steer.text)], taken=[steer.seq])  # so does a run's save
+    for _ in range(3):
+        store.add_steer("s", chunk)
+
+
+def test_listing_pages_through_sessions_that_share_one_updated_at(
+    database: Database[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mongodb, "PAGE_SIZE", 3)
+    store = mongodb.MongoStore(database)
+    # Byte order of the ids, across the str and Binary keys and across lengths.
+    ids = ["b", "aa", "a", "a\x00", "a\ud800", "\ud800", "é", "ab", "a\uffff", "z" * 255]
+    for session_id in ids:
+        store.save(session_id, [])
+    never = ["n1", "n2", "n3", "n4"]
+    for session_id in never:
+        store.add_steer(session_id, "steer")
+    database[mongodb.SESSIONS].update_many({"updated_at": {"$ne": None}}, {"$set": {"updated_at": 10**15}})
+    store.save("newest", [])
+    store.save("oldest", [])
+    database[mongodb.SESSIONS].update_one({"_id": "oldest"}, {"$set": {"updated_at": 10**15 - 1}})
+    by_bytes = sorted(ids, key=lambda i: i.encode("utf-8", "surrogatepass"), reverse=True)
+    listed = [info.id for info in store.sessions()]
+    assert listed == ["newest", *by_bytes, "oldest", *sorted(never, reverse=True)]
+    at = store.info("a").updated_at
+    assert at is not None
+    assert [info.id for info in store.sessions(updated_before=at)] == ["oldest"]
+    idle = [info.id for info in store.sessions(state=agent.RunState.IDLE, updated_before=at + datetime.timedelta(1))]
+    assert idle == [*by_bytes, "oldest"]
+
+
+def test_a_run_that_lost_its_claim_writes_nothing(database: Database[Any]) -> None:
+    store = mongodb.MongoStore(database)
+    store.save("s", _transcript(2))
+    old = store.claim("s", replica="old", lease=0.001)
+    store.add_steer("s", "pending")
+    (steer,) = store.peek_steers("s")
+    wait_for("the lease to run out", lambda: store.info("s").state is agent.RunState.STALLED)
+    new = store.claim("s", replica="new", lease=60)
+    assert new.token > old.token
+    with pytest.raises(agent.ConflictError):
+        store.save_run(old, _transcript(5), taken=[steer.seq], end=agent.RunState.FINISHED)
+    assert store.messages("s") == _transcript(2) and store.peek_steers("s") == [steer]
+    assert database[mongodb.MESSAGES].count_documents({"session_id": "s"}) == 2
+    info = store.info("s")
+    assert (info.state, info.holder, info.length, info.pending_steers) == (agent.RunState.RUNNING, "new", 2, 1)
+    with pytest.raises(agent.SessionBusyError, match="'new'"):
+        store.claim("s", replica="third", lease=60)

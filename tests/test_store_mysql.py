@@ -1,5 +1,7 @@
 """The MySQL/MariaDB store: the conformance suite, a missing schema, incremental saves,
-parallel sessions, a connection killed mid-save, and steers taken from several processes.
+parallel sessions, a connection killed mid-save, steers taken from several processes,
+batched lease renewal, tokens across delete, and errors that say what to do: a server that
+stops answering, one that cannot be reached, a message over max_allowed_packet.
 
 Each run works in a database of its own (``agentsessions_test_<random>``), dropped at the end.
 """
@@ -9,11 +11,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import secrets
+import socket
+import statistics
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import pymysql
 import pytest
@@ -32,6 +37,7 @@ from dbutils.pooled_db import PooledDB
 
 import agentsessions as agent
 from agentsessions.codec import encode_text
+from agentsessions.runs import Claim, Renewal, RunState
 from agentsessions.stores import mysql, storetest
 
 
@@ -41,6 +47,8 @@ def connect(database: str | None = None, **options: Any) -> Any:
         host=MYSQL_HOST, port=MYSQL_PORT, user=MYSQL_USER, password=MYSQL_PASSWORD, database=database, **options
     )
 
+
+T = TypeVar("T")
 
 # Polling information_schema more often than this slows the server's new connections down.
 POLL = 0.1
@@ -71,6 +79,7 @@ def _create(admin: Any, *, tables: bool) -> str:
         with conn.cursor() as cur:
             for stmt in mysql.SCHEMA:  # what the user's migration does
                 cur.execute(stmt)
+        conn.commit()
         conn.close()
     return name
 
@@ -135,12 +144,21 @@ def test_an_empty_database_raises_schema_missing_naming_the_schema_to_run(admin:
             lambda: store.messages("s"),
             lambda: store.add_steer("s", "steer"),
             lambda: store.take_steers("s"),
+            lambda: store.info("s"),
+            lambda: store.delete("s"),
+            lambda: store.cancel("s"),
+            lambda: store.claim("s", replica="r", lease=30),
+            lambda: store.peek_steers("s"),
+            lambda: store.save_run(Claim("s", 1, "r", 30), []),
         ]
         for call in calls:
             with pytest.raises(agent.SchemaMissingError, match=r"agentsessions\.stores\.mysql\.SCHEMA") as caught:
                 call()
             assert isinstance(caught.value.__cause__, pymysql.err.ProgrammingError)
             assert "'s'" in str(caught.value)
+        for call in [lambda: list(store.sessions()), lambda: store.renew([Claim("s", 1, "r", 30)])]:
+            with pytest.raises(agent.SchemaMissingError, match=r"agentsessions\.stores\.mysql\.SCHEMA"):
+                call()
     finally:
         _drop(admin, empty)
 
@@ -270,3 +288,341 @@ def test_importing_without_pymysql_names_the_extra() -> None:
     assert done.returncode != 0
     assert "ImportError: agentsessions.stores.mysql needs PyMySQL" in done.stderr
     assert "pip install agentsessions[mysql]" in done.stderr
+
+
+# --- Runs: batched renewal, tokens, saves and renewals at once ------------------------------
+
+
+def _statement_counts(conn: Any) -> dict[str, int]:
+    """The server's counts of this connection's statements, by kind."""
+    rows = _query(conn, "SHOW SESSION STATUS WHERE Variable_name IN ('Com_update', 'Com_select', 'Com_insert')")
+    return {name: int(value) for name, value in rows}
+
+
+def test_renewing_a_thousand_claims_is_one_update_and_one_select(store: mysql.MySQLStore, database: str) -> None:
+    claims = [store.claim(f"renew-{i:04}", replica="renewer", lease=60) for i in range(1000)]
+    # One pooled connection, so the counts read from it are the store's statements.
+    single = PooledDB(pymysql, maxconnections=1, maxcached=1, blocking=True, **_server(database))
+    try:
+        counting = mysql.MySQLStore(single.connection)
+        before_expiry = store.info("renew-0500").lease_expires_at
+        assert _statements(single, lambda: counting.renew(claims)) == Renewal()
+        after_expiry = store.info("renew-0500").lease_expires_at
+        assert before_expiry is not None and after_expiry is not None and after_expiry > before_expiry
+        # Lost: one deleted, one taken over after its lease ran out; cancelling: one asked to
+        # stop. A lease that ran out with nobody taking over is still held.
+        lapsed, taken_over = (store.claim(f"renew-short-{i}", replica="renewer", lease=0.05) for i in range(2))
+        for short in (lapsed, taken_over):
+            wait_for("a short lease to run out", functools.partial(_stalled, store, short.session_id))
+        store.claim(taken_over.session_id, replica="other", lease=60)
+        store.delete(claims[1].session_id)
+        assert store.cancel(claims[2].session_id)
+        renewal = _statements(single, lambda: counting.renew([*claims[:3], lapsed, taken_over]))
+        assert renewal.lost == {claims[1], taken_over}
+        assert renewal.cancelling == {claims[2]}
+    finally:
+        single.close()
+
+
+def _stalled(store: mysql.MySQLStore, session_id: str) -> bool:
+    return store.info(session_id).state is RunState.STALLED
+
+
+def _server(database: str, **options: Any) -> dict[str, Any]:
+    """Connection arguments for the test server's ``database``; ``options`` add to them or replace them."""
+    server = {"host": MYSQL_HOST, "port": MYSQL_PORT, "user": MYSQL_USER, "password": MYSQL_PASSWORD}
+    return {**server, "database": database, **options}
+
+
+def _statements(pool: PooledDB, call: Callable[[], T]) -> T:
+    """``call()``, checked to send one UPDATE and one SELECT through ``pool``'s one connection."""
+    before = _counts_through(pool)
+    result = call()
+    after = _counts_through(pool)
+    assert {kind: after[kind] - before[kind] for kind in after} == {"Com_update": 1, "Com_select": 1, "Com_insert": 0}
+    return result
+
+
+def _counts_through(pool: PooledDB) -> dict[str, int]:
+    conn = pool.connection()
+    try:
+        return _statement_counts(conn)
+    finally:
+        conn.close()
+
+
+def test_tokens_keep_growing_across_delete_and_store_objects(store: mysql.MySQLStore, database: str) -> None:
+    first = store.claim("tokens", replica="a", lease=60)
+    assert store.delete("tokens")
+    assert store.info("tokens") == agent.SessionInfo("tokens")
+    second = mysql.MySQLStore(store.connect).claim("tokens", replica="b", lease=60)
+    assert second.token > first.token
+    # The counter is one row of its own, which delete never touches.
+    watcher = connect(database, autocommit=True)
+    try:
+        ((value,),) = _query(watcher, "SELECT value FROM agentsessions_tokens WHERE id = 1")
+    finally:
+        watcher.close()
+    assert value >= second.token
+
+
+def test_renewals_and_saves_of_the_same_sessions_never_deadlock(store: mysql.MySQLStore) -> None:
+    # Savers lock one session each, then its steers and messages; renewers lock all of them,
+    # in two opposite orders of the claims. A deadlock or lock wait would raise StoreError.
+    ids = [f"busy-{i}" for i in range(6)]
+    claims = {i: store.claim(i, replica="r", lease=60) for i in ids}
+    errors: list[BaseException] = []
+    saving = threading.Barrier(len(ids) + 2)
+    renewals: list[int] = []
+    rounds = 40
+
+    def save(session_id: str) -> None:
+        transcript: list[agent.Message] = []
+        try:
+            saving.wait()
+            for n in range(rounds):
+                transcript.append(agent.Message.user(f"{session_id}:{n}"))
+                store.add_steer(session_id, f"steer {n}")
+                taken = [steer.seq for steer in store.peek_steers(session_id)]
+                store.save_run(claims[session_id], transcript, taken=taken)
+        except BaseException as error:
+            errors.append(error)
+
+    def renew(order: list[str]) -> None:
+        try:
+            saving.wait()
+            while any(thread.is_alive() for thread in savers):  # for as long as the saves go on
+                assert store.renew([claims[i] for i in order]) == Renewal()
+                renewals.append(1)
+        except BaseException as error:
+            errors.append(error)
+
+    savers = [threading.Thread(target=save, args=(i,)) for i in ids]
+    renewers = [threading.Thread(target=renew, args=(order,)) for order in (ids, ids[::-1])]
+    for thread in [*savers, *renewers]:
+        thread.start()
+    for thread in [*savers, *renewers]:
+        thread.join(120)
+    assert not any(thread.is_alive() for thread in [*savers, *renewers])
+    assert not errors, errors
+    assert len(renewals) >= 10  # they did overlap
+    assert all(len(store.messages(i)) == rounds and store.peek_steers(i) == [] for i in ids)
+
+
+def test_costs_against_a_bare_round_trip_and_a_bare_write(store: mysql.MySQLStore, pool: PooledDB) -> None:
+    def bare(sql: str) -> Callable[[], None]:
+        def call() -> None:
+            conn = pool.connection()
+            try:
+                _query(conn, sql)
+                conn.commit()
+            finally:
+                conn.close()
+
+        return call
+
+    bare("CREATE TABLE IF NOT EXISTS costs_probe (id INT PRIMARY KEY, n BIGINT NOT NULL)")()
+    bare("INSERT IGNORE INTO costs_probe VALUES (1, 0)")()
+    claim = store.claim("costs", replica="r", lease=60)
+    transcript: list[agent.Message] = []
+
+    def save_one() -> None:
+        transcript.append(agent.Message.user(f"m{len(transcript)}"))
+        store.save_run(claim, transcript)
+
+    many = [store.claim(f"costs-{i:04}", replica="r", lease=60) for i in range(1000)]
+    figures = {
+        "SELECT 1": _median_seconds(bare("SELECT 1"), 200),
+        "one-row UPDATE and COMMIT": _median_seconds(bare("UPDATE costs_probe SET n = n + 1 WHERE id = 1"), 200),
+        "save_run of one new message": _median_seconds(save_one, 200),
+        "renew of 1 claim": _median_seconds(lambda: store.renew([claim]), 200),
+        "renew of 1000 claims": _median_seconds(lambda: store.renew(many), 20),
+    }
+    print({what: f"{seconds * 1000:.2f} ms" for what, seconds in figures.items()})
+    # A commit waits for the log to reach the disk (innodb_flush_log_at_trx_commit=1), so writes
+    # are measured against the bare write. The bounds are loose enough for a loaded machine:
+    # what they catch is a cost per claim or per message, or a second transaction.
+    write, trip = figures["one-row UPDATE and COMMIT"], figures["SELECT 1"]
+    assert figures["save_run of one new message"] < 1.5 * write + 20 * trip
+    assert figures["renew of 1 claim"] < 1.5 * write + 15 * trip
+    assert figures["renew of 1000 claims"] < 25 * figures["renew of 1 claim"]
+
+
+def _median_seconds(call: Callable[[], object], times: int) -> float:
+    spent = []
+    for _ in range(times):
+        started = time.perf_counter()
+        call()
+        spent.append(time.perf_counter() - started)
+    return statistics.median(spent)
+
+
+# --- Errors that say what to do: a stalled server, an unreachable one, a message too large ---
+
+TIMEOUT = 1.0  # the test connections' read, write and connect timeouts, in seconds
+_TIMEOUTS = {"read_timeout": TIMEOUT, "write_timeout": TIMEOUT, "connect_timeout": TIMEOUT}
+
+
+class StallingProxy:
+    """A TCP proxy on 127.0.0.1 to the server that, once stalled, stops answering.
+
+    ``stall()`` black-holes every connection open at that moment, for good, and every new
+    one while it lasts: what a client sees when a peer stops answering. ``resume()`` lets new
+    connections through again; ``close()`` shuts everything, so the port refuses connections.
+    """
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.epoch, self.stalled = 0, False  # a connection forwards while its epoch is current
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def stall(self) -> None:
+        self.stalled, self.epoch = True, self.epoch + 1
+
+    def resume(self) -> None:
+        self.stalled = False
+
+    def close(self) -> None:
+        self.stall()
+        for sock in [self.listener, *self.sockets]:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            self.sockets.append(client)
+            epoch = self.epoch
+            upstream = None if self.stalled else socket.create_connection(self.target)
+            if upstream is not None:
+                self.sockets.append(upstream)
+                threading.Thread(target=self._pump, args=(upstream, client, epoch), daemon=True).start()
+            threading.Thread(target=self._pump, args=(client, upstream, epoch), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket | None, epoch: int) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                if sink is not None and epoch == self.epoch:
+                    sink.sendall(data)
+        for sock in (source, sink):
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+
+@pytest.fixture
+def proxy() -> Iterator[StallingProxy]:
+    """A proxy to the test server."""
+    server = StallingProxy((MYSQL_HOST, MYSQL_PORT))
+    yield server
+    server.close()
+
+
+def _timed_pool(database: str, port: int) -> PooledDB:
+    """A pool as the module docstring asks for: every wait bounded."""
+    return PooledDB(pymysql, **_server(database, **_TIMEOUTS, host="127.0.0.1", port=port))
+
+
+@pytest.mark.parametrize("through", ["pool", "partial"])
+def test_a_server_that_stops_answering_gives_a_store_error_in_bounded_time(
+    proxy: StallingProxy, database: str, through: str
+) -> None:
+    pool = _timed_pool(database, proxy.port)
+    stall_after_connect = threading.Event()
+
+    def connect() -> Any:
+        if through == "pool":
+            conn = pool.connection()
+        else:
+            conn = pymysql.connect(**_server(database, **_TIMEOUTS, host="127.0.0.1", port=proxy.port))
+        if stall_after_connect.is_set():  # the peer goes quiet in the middle of the call
+            stall_after_connect.clear()
+            proxy.stall()
+        return conn
+
+    store, session_id = mysql.MySQLStore(connect), f"stalled-{through}"
+    claim = store.claim(session_id, replica="r", lease=60)
+    store.save_run(claim, numbered_transcript(2))
+    # What the message says: the first two time out in the store's statements. In the last,
+    # connect() itself times out, or the pool's check of the connection does, and the pool
+    # then hands over the connection it closed.
+    before = "did not answer within the connection's timeout" if through == "partial" else "unreachable"
+    calls: dict[str, tuple[Callable[[], object], str]] = {
+        "save_run, stalled mid-call": (
+            lambda: store.save_run(claim, numbered_transcript(3)),
+            "did not answer within the connection's timeout",
+        ),
+        "info, stalled mid-call": (lambda: store.info(session_id), "did not answer within the connection's timeout"),
+        "renew, stalled before the call": (lambda: store.renew([claim]), before),
+    }
+    spent = {}
+    try:
+        for what, (call, says) in calls.items():
+            if "mid-call" in what:
+                stall_after_connect.set()
+            else:
+                proxy.stall()
+            started = time.monotonic()
+            with pytest.raises(agent.StoreError) as caught:
+                call()
+            spent[what] = time.monotonic() - started
+            message = str(caught.value)
+            assert f"at 127.0.0.1:{proxy.port}" in message, message
+            assert says in message and "retry" in message.lower(), message
+            proxy.resume()
+            assert store.messages(session_id) == numbered_transcript(2)  # the next call works; nothing was saved
+    finally:
+        pool.close()
+    print(through, {what: f"{seconds:.1f} s" for what, seconds in spent.items()})
+    # One timeout over a plain connection; a DBUtils pool tries to reconnect on its own, each
+    # try bounded by the same timeouts.
+    assert max(spent.values()) < (2 if through == "partial" else 5) * TIMEOUT
+
+
+def test_an_unreachable_server_is_named_with_its_host_and_port(proxy: StallingProxy, database: str) -> None:
+    free = socket.create_server(("127.0.0.1", 0))
+    port = free.getsockname()[1]
+    free.close()  # nothing listens there now
+    store = mysql.MySQLStore(functools.partial(pymysql.connect, **_server(database, port=port, connect_timeout=2)))
+    with pytest.raises(agent.StoreError, match=rf"connect to the server at 127\.0\.0\.1:{port} \(\(2003\)"):
+        store.info("s")
+    # A pooled connection whose server went away: PyMySQL's error is then empty.
+    pool = _timed_pool(database, proxy.port)
+    try:
+        pooled = mysql.MySQLStore(pool.connection)
+        pooled.info("s")
+        proxy.close()
+        with pytest.raises(agent.StoreError) as caught:
+            pooled.info("s")
+    finally:
+        pool.close()
+    message = str(caught.value)
+    assert f"the server at 127.0.0.1:{proxy.port}" in message, message
+    assert "unreachable" in message and "Retry" in message, message
+
+
+def test_a_message_over_max_allowed_packet_says_so_and_the_next_call_works(
+    store: mysql.MySQLStore, admin: Any
+) -> None:
+    ((limit,),) = _query(admin, "SELECT @@max_allowed_packet")
+    if limit > 64 << 20:
+        pytest.skip(f"the server's max_allowed_packet is {limit} bytes: too large to exceed in a test")
+    huge = "x" * max(20 << 20, limit + (1 << 20))
+    claim = store.claim("huge", replica="r", lease=60)
+    calls: list[Callable[[], object]] = [
+        lambda: store.save("huge", [agent.Message.user(huge)]),
+        lambda: store.save_run(claim, [agent.Message.user(huge)]),
+        lambda: store.add_steer("huge", huge),
+    ]
+    for call in calls:
+        with pytest.raises(agent.StoreError, match=r"max_allowed_packet") as caught:
+            call()
+        assert "for session 'huge'" in str(caught.value)
+        assert store.info("huge").length == 0 and store.peek_steers("huge") == []  # next call works; nothing kept

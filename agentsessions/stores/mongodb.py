@@ -2,47 +2,51 @@
 
 The library creates no index: create those in :data:`INDEXES` once per database
 (``for name, models in INDEXES.items(): database[name].create_indexes(models)``). Until
-then every call raises :class:`~agentsessions.errors.SchemaMissingError`.
+then every call raises :class:`~agentsessions.errors.SchemaMissingError`. It needs
+MongoDB 4.2 or later (``add_steer`` is an update with an aggregation pipeline).
 
 Every step another client can observe is one single-document atomic operation, so the
 store needs no multi-document transaction, and works on a standalone ``mongod`` (which
-refuses them) as well as on a replica set. A save writes its messages
-where no reader looks, then commits by replacing one session document; a reader reads
-that document, then the messages it names:
+refuses them) as well as on a replica set. A save writes its messages where no reader
+looks, then commits by updating one session document; a reader reads that document, then
+the messages it names:
 
 - One message document per message, keyed by (session, epoch, position, chunk). An epoch
   is a random token shared by a run of positions written together. A message whose JSON
   passes 15 MiB is split into chunks of raw UTF-8, so no document nears the 16 MB limit.
-- One session document per session: the random ``revision`` of its transcript, its
-  ``length``, and its ``segments``: which epoch holds which run of positions.
+- One session document per session: its transcript (the random ``revision``, ``length``
+  and ``segments``: which epoch holds which run of positions), its run record, and its
+  pending steers, so that a steer, a claim, a release and the save that carries taken
+  steers each change that one document atomically.
 
 A save that extends what this store object last saw appends to the last epoch past the
 stored length, where readers do not look, then sets the session document with a
-compare-and-set on the revision. A save that changes an earlier message (a steer added to
-trailing tool results) writes the rest under a fresh epoch; one that this store object
-cannot vouch for writes everything under one. Documents no segment names any more are
-deleted after the commit. A reader that raced such a deletion sees the session document
-change under it, and reads again. Two saves of one session at once: the last to commit
-wins, whole; the other starts over.
+compare-and-set on the revision (a run's save also on its token). A save that changes an
+earlier message writes the rest under a fresh epoch; one that this store object cannot
+vouch for writes everything under one. Documents no segment names any more are deleted
+after the commit. A reader that raced such a deletion sees the session document change
+under it, and reads again. Two saves of one session at once: the last to commit wins.
+
+Times (``updated_at``, ``lease_expires_at``) are int64 microseconds since the epoch from
+this CLIENT's clock, because BSON dates keep only milliseconds; leases are compared with
+the clock of the replica asking, so replicas' clocks should agree to well within a lease.
+Tokens come from one counter document that ``delete`` never resets.
 """
 
 from __future__ import annotations
 
 import datetime
-import itertools
-import random
-import time
+from collections.abc import Collection as Several  # pymongo's Collection is the other one
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
-
-import attrs
 
 try:
     import pymongo
     from bson.binary import Binary
     from bson.codec_options import DEFAULT_CODEC_OPTIONS
-    from pymongo import DeleteMany
+    from bson.errors import BSONError
+    from pymongo import DeleteMany, ReturnDocument, UpdateOne
     from pymongo.collection import Collection
     from pymongo.database import Database
     from pymongo.errors import BulkWriteError, DuplicateKeyError, PyMongoError
@@ -51,19 +55,63 @@ try:
 except ImportError as error:  # pragma: no cover - depends on what is installed
     raise ImportError("agentsessions.stores.mongodb needs pymongo: pip install agentsessions[mongodb]") from error
 
-from agentsessions.codec import decode_text, dump_message, encode_text, load_message
+from agentsessions.codec import encode_text, load_message
 from agentsessions.errors import SchemaMissingError, StoreError
 from agentsessions.messages import Message
+from agentsessions.runs import (
+    ENDINGS,
+    Claim,
+    Progress,
+    Renewal,
+    RunState,
+    SessionInfo,
+    Steer,
+    busy,
+    check_lease,
+    check_updated_before,
+    derive_state,
+    state_filter,
+    superseded,
+    utcnow,
+)
 from agentsessions.session import check_session_id, check_steer
 from agentsessions.stores._incremental import KnownSessions, SavePlan, new_revision, plan_save
+from agentsessions.stores._mongodb_layout import (
+    RUNNING,
+    STEER_OVERHEAD,
+    RunStep,
+    State,
+    after,
+    assemble,
+    attempts,
+    documents,
+    holds,
+    in_run,
+    in_states,
+    index_key,
+    info_of,
+    key,
+    lease_micros,
+    micros,
+    moment,
+    next_state,
+    parse_state,
+    revision_is,
+    sort_key,
+    steers_of,
+    text_of,
+)
+
+__all__ = ["COUNTERS", "INDEXES", "MESSAGES", "PAGE_SIZE", "SESSIONS", "MongoStore"]
 
 SESSIONS = "agentsessions_sessions"
 MESSAGES = "agentsessions_messages"
-STEERS = "agentsessions_steers"
+COUNTERS = "agentsessions_counters"
 
-# The unique keys are what make a stale writer's insert fail instead of overwriting a
-# message a reader may be reading. Session documents need only their _id.
+# The unique message key is what makes a stale writer's insert fail instead of overwriting
+# a message a reader may be reading. The listing index serves sessions()' keyset pages.
 INDEXES: dict[str, list[pymongo.IndexModel]] = {
+    SESSIONS: [pymongo.IndexModel([("updated_at", -1), ("sort", -1)], name="agentsessions_sessions_listing")],
     MESSAGES: [
         pymongo.IndexModel(
             [("session_id", 1), ("epoch", 1), ("position", 1), ("chunk", 1)],
@@ -71,86 +119,50 @@ INDEXES: dict[str, list[pymongo.IndexModel]] = {
             name="agentsessions_messages_key",
         )
     ],
-    STEERS: [pymongo.IndexModel([("session_id", 1), ("seq", 1)], unique=True, name="agentsessions_steers_key")],
 }
 """The indexes to create before first use: collection name -> models for ``create_indexes``."""
 
-# Documents, in the three collections above. Ids are str, or Binary of the id's UTF-8 with
-# surrogates passed through when it has lone surrogates (BSON strings cannot hold them).
-#   session: {_id, revision, length, segments: [{epoch, start}], garbage: [{epoch, start}],
-#             updated_at, steer_seq}
+PAGE_SIZE = 500
+"""How many sessions :meth:`MongoStore.sessions` fetches per query."""
+
+# Documents. Ids (and replica names) are str, or Binary of their UTF-8 with surrogates
+# passed through when they hold lone surrogates (BSON strings cannot hold them).
+#   session: {_id, sort (the id's bytes in hex), revision, length, segments: [{epoch, start}],
+#             garbage: [{epoch, start}], updated_at, run_state, token, holder, lease,
+#             lease_expires_at, cancel_requested, steers: [{seq, text: Binary}], steer_seq,
+#             steer_bytes}; absent fields are null, 0, false or empty
 #   message: {session_id, epoch, position, body}, and when split, `chunks` on the first
 #            piece and `chunk` (1, 2...) on the others
-#   steer:   {session_id, seq, text: Binary, claim (while being taken)}
+#   counter: {_id: "tokens", value}
 # A message body is codec JSON as a string, never a sub-document (which would reorder and
 # drop a tool call's duplicate keys), or Binary pieces of that JSON's UTF-8 when split.
-# The first piece has no `chunk`, like an unsplit message, so an unsplit message and a
-# split one written at the same place collide on the unique key. `garbage` lists what the
-# last save left to delete: the next save deletes it again, in case a crash stopped it.
+# `garbage` lists what the last save left to delete: the next save deletes it again, in
+# case a crash stopped it. `steer_bytes` sums the pending steers' sizes, to refuse a steer
+# before the document passes 16 MB; `steer_seq` numbers them and changes with each one.
 
 # What each call sends (session: the session document; messages: its message documents):
-#   save         find_one session; insert_many new messages; update_one session where
-#                revision is still the one read (the commit); delete_many the garbage
-#   messages     find_one session; find the messages of each run; find_one session again
-#   add_steer    find_one_and_update session $inc steer_seq (upsert); insert_one steer
-#   take_steers  update_many unclaimed steers to a fresh claim; find them by seq; delete_many
+#   save        find_one session; insert_many new messages; update_one session where the
+#               revision is still the one read (the commit); delete_many the garbage
+#   save_run    the same, the commit also conditional on the token (and, to release,
+#               on no steer having arrived), pulling the taken steers
+#   messages    find_one session; find the messages of each run; find_one session again
+#   add_steer   find_one_and_update session (a pipeline: push the steer, count it); when
+#               there is no session document, update_one inserting it with the steer
+#   take_steers find_one session; update_one session pulling the steers read, if all still there
+#   claim       find_one_and_update counter ($inc); update_one session where not held (upsert)
+#   renew       bulk_write of one update per claim; find the sessions' tokens and cancel flags
+#   delete      find_one session; delete_one session if its revision is still the one read
+#               (the commit); bulk_write a delete_many per epoch it named
 
 _STATE_FIELDS = {"revision": 1, "length": 1, "segments": 1, "garbage": 1}
+_RUN_FIELDS = {**_STATE_FIELDS, "token": 1, "run_state": 1, "cancel_requested": 1, "steers": 1, "steer_seq": 1}
+_INFO_FIELDS = dict.fromkeys(
+    ("sort", "length", "updated_at", "run_state", "holder", "lease_expires_at", "cancel_requested", "steers.seq"), 1
+)  # steers.seq: their count without their text
 _BODY_FIELDS = {"_id": 0, "position": 1, "chunk": 1, "chunks": 1, "body": 1}
-_MAX_SEGMENTS = 16  # past this many, a save rewrites the transcript under one epoch
-_CHUNK_BYTES = 15 * 1024 * 1024  # under BSON's 16 MiB with room for the other fields
-
-
-# One query per run of positions, never an $or of runs: not every server answers an $or
-# from the index (SecantusDB scans the collection).
-def _in_run(key: object, epoch: int, start: int, end: int | None = None) -> dict[str, Any]:
-    """The messages of ``epoch`` from position ``start`` up to ``end`` (no end: all after ``start``)."""
-    positions = {"$gte": start} if end is None else {"$gte": start, "$lt": end}
-    return {"session_id": key, "epoch": epoch, "position": positions}
-
-
-@attrs.frozen
-class _State:
-    """A session document: which epoch holds which positions, and what is left to delete."""
-
-    revision: int
-    length: int
-    segments: tuple[tuple[int, int], ...]  # (epoch, first position), ascending
-    garbage: tuple[tuple[int, int], ...] = ()  # (epoch, first position to delete)
-
-    def runs(self) -> list[tuple[int, int, int]]:
-        """(epoch, start, end) for each segment, end exclusive."""
-        ends = [start for _, start in self.segments[1:]] + [self.length]
-        return [(epoch, start, end) for (epoch, start), end in zip(self.segments, ends, strict=True)]
-
-    def covers(self, earlier: _State) -> bool:
-        """Whether every message ``earlier`` names is still named here, so none was deleted since."""
-        if self.revision == earlier.revision:
-            return True
-        mine = {(epoch, start): end for epoch, start, end in self.runs()}
-        return all(mine.get((epoch, start), -1) >= end for epoch, start, end in earlier.runs() if end > start)
-
-    def document(self) -> dict[str, Any]:
-        """The fields a save sets."""
-        return {
-            "revision": self.revision,
-            "length": self.length,
-            "segments": [{"epoch": e, "start": s} for e, s in self.segments],
-            "garbage": [{"epoch": e, "start": s} for e, s in self.garbage],
-            "updated_at": datetime.datetime.now(datetime.UTC),
-        }
-
-
-def _parse_state(doc: Mapping[str, Any] | None) -> _State | None:
-    """The session document's transcript state; ``None`` when no transcript was ever saved."""
-    if doc is None or "revision" not in doc:
-        return None  # no document, or one add_steer made for its counter
-    return _State(
-        doc["revision"],
-        doc["length"],
-        tuple((s["epoch"], s["start"]) for s in doc["segments"]),
-        tuple((g["epoch"], g["start"]) for g in doc.get("garbage", ())),
-    )
+_ORDER = [("updated_at", -1), ("sort", -1)]
+_FOREVER = 2**63 - 1  # `updated_at < this` holds for every saved session and no other
+_STEER_ROOM = 15 * 1024 * 1024  # pending steers' bytes, under the 16 MB document limit
 
 
 class MongoStore:
@@ -170,107 +182,256 @@ class MongoStore:
         )
         self._sessions: Collection[dict[str, Any]] = db[SESSIONS]
         self._messages: Collection[dict[str, Any]] = db[MESSAGES]
-        self._steers: Collection[dict[str, Any]] = db[STEERS]
+        self._counters: Collection[dict[str, Any]] = db[COUNTERS]
         self._known = KnownSessions()
         self._indexes_checked = False
 
     def __repr__(self) -> str:
         return f"MongoStore(database={self.database.name!r})"
 
+    # --- Transcripts and steers (the seed's four) ------------------------------------------
+
     def save(self, session_id: str, messages: Sequence[Message]) -> None:
         """Make ``messages`` the transcript; writes only what is new since this store last saw it."""
         plan = plan_save(self._known, session_id, messages)
-        key = _key(session_id)
+        stored = key(session_id)
         with self._errors("save the transcript", session_id):
-            for _ in _attempts(self._timeout):
-                old = _parse_state(self._sessions.find_one({"_id": key}, _STATE_FIELDS))
-                revision = self._try_save(plan, key, old)
+            for _ in attempts(self._timeout):
+                old = parse_state(self._sessions.find_one({"_id": stored}, _STATE_FIELDS))
+                revision = self._try_save(plan, stored, old)
                 if revision is not None:
                     self._known.remember(session_id, revision, plan.messages)
                     return
-        raise StoreError(
-            f"MongoDB store {self.database.name!r} could not save the transcript of session {session_id!r:.80}: "
-            f"other writers kept saving it first for {self._timeout} s"
-        )
+        raise self._gave_up("save the transcript", session_id, "other writers kept saving it first")
 
     def messages(self, session_id: str) -> list[Message]:
         """The session's transcript, empty if it has none."""
         check_session_id(session_id)
-        key = _key(session_id)
+        stored = key(session_id)
         with self._errors("read the transcript", session_id):
-            for _ in _attempts(self._timeout):
-                state = _parse_state(self._sessions.find_one({"_id": key}, _STATE_FIELDS))
+            for _ in attempts(self._timeout):
+                state = parse_state(self._sessions.find_one({"_id": stored}, _STATE_FIELDS))
                 if state is None:
                     return []
-                loaded = self._read(key, state)
+                loaded = self._read(stored, state)
                 if loaded is not None:
                     self._known.remember(session_id, state.revision, loaded)
                     return loaded
-        raise StoreError(
-            f"MongoDB store {self.database.name!r} could not read the transcript of session {session_id!r:.80}: "
-            f"saves kept changing it while it was read for {self._timeout} s"
-        )
+        raise self._gave_up("read the transcript", session_id, "saves kept changing it while it was read")
 
-    def add_steer(self, session_id: str, text: str) -> None:
-        """Leave a steer for the session's next run."""
+    def add_steer(self, session_id: str, text: str) -> RunState:
+        """Leave a steer for the session's run; returns the session's state as it was stored.
+
+        Raises :class:`StoreError`, storing nothing, when the steers waiting would pass
+        15 MiB: they live in the session's document, which MongoDB limits to 16 MB.
+        """
         check_session_id(session_id)
-        check_steer(text)
-        key = _key(session_id)
+        data = encode_text(check_steer(text))
+        size = len(data) + STEER_OVERHEAD
+        if size > _STEER_ROOM:
+            raise self._too_many_steers(session_id, size, 0)
+        stored = key(session_id)
         with self._errors("add a steer", session_id):
-            seq = self._next_steer_seq(key)
-            self._steers.insert_one({"session_id": key, "seq": seq, "text": Binary(encode_text(text))})
+            for _ in attempts(self._timeout):
+                state = self._push_steer(session_id, stored, Binary(data), size)
+                if state is not None:
+                    return state
+                waiting = self._sessions.find_one({"_id": stored}, {"steer_bytes": 1})
+                if waiting is not None and waiting.get("steer_bytes", 0) + size > _STEER_ROOM:
+                    raise self._too_many_steers(session_id, size, waiting["steer_bytes"])
+        raise self._gave_up("add a steer", session_id, "its document kept being created and deleted")
 
     def take_steers(self, session_id: str) -> list[str]:
         """Remove and return the waiting steers, oldest first; each goes to exactly one caller."""
         check_session_id(session_id)
-        key, claim = _key(session_id), new_revision()
+        stored = key(session_id)
         with self._errors("take steers", session_id):
-            taken = self._take(key, claim)
-        return [decode_text(doc["text"]) for doc in taken]
+            for _ in attempts(self._timeout):
+                doc = self._sessions.find_one({"_id": stored}, {"steers": 1})
+                if doc is None or not doc.get("steers"):
+                    return []
+                if self._pull(stored, doc):
+                    return [steer.text for steer in steers_of(doc)]
+        raise self._gave_up("take steers", session_id, "other takers kept taking them first")
 
-    def _take(self, key: object, claim: int) -> list[dict[str, Any]]:
-        # Each steer is claimed by one atomic update, so two takers never share one; the
-        # claim is where a lease will go when a save is to acknowledge the steers it carries.
-        mine = {"session_id": key, "claim": claim}
-        try:
-            claimed = self._steers.update_many({"session_id": key, "claim": None}, {"$set": {"claim": claim}})
-            if not claimed.modified_count:
-                return []
-            taken = list(self._steers.find(mine, {"_id": 0, "seq": 1, "text": 1}).sort("seq", 1))
-            self._steers.delete_many(mine)
-        except PyMongoError:
-            # The caller gets none of them, so hand them back to the next take if we still can.
-            with suppress(PyMongoError):
-                self._steers.update_many(mine, {"$unset": {"claim": ""}})
-            raise
-        return taken
+    # --- Records: info, listing, delete, cancel ---------------------------------------------
 
-    def _try_save(self, plan: SavePlan, key: object, old: _State | None) -> int | None:
-        """One attempt at a save: its new revision, or ``None`` when another writer committed first."""
+    def info(self, session_id: str) -> SessionInfo:
+        """The session's record; an unknown id is ``IDLE`` with length 0."""
+        check_session_id(session_id)
+        with self._errors("read the record", session_id):
+            doc = self._sessions.find_one({"_id": key(session_id)}, _INFO_FIELDS)
+        return SessionInfo(session_id) if doc is None else info_of(session_id, doc, utcnow())
+
+    def sessions(
+        self, *, state: RunState | Several[RunState] | None = None, updated_before: datetime.datetime | None = None
+    ) -> Iterator[SessionInfo]:
+        """Every session, newest update first (never saved last), fetched in pages, each exactly once."""
+        states, before = state_filter(state), check_updated_before(updated_before)
+        saved = {"updated_at": {"$lt": _FOREVER if before is None else micros(before)}}
+        # Saved sessions first, then the never saved ones (no updated_at), each in keyset pages.
+        phases: list[dict[str, Any]] = [saved] if before is not None else [saved, {"updated_at": None}]
+        return self._listing(phases, states)
+
+    def _listing(self, phases: list[dict[str, Any]], states: frozenset[RunState] | None) -> Iterator[SessionInfo]:
+        if states is not None and not states:
+            return
+        for phase in phases:
+            last: Mapping[str, Any] | None = None
+            while True:
+                with self._errors("list the sessions", None):
+                    now = utcnow()
+                    query = {"$and": [phase, *after(last), *in_states(states, micros(now))]}
+                    docs = list(self._sessions.find(query, _INFO_FIELDS).sort(_ORDER).limit(PAGE_SIZE))
+                yield from (info_of(text_of(doc["_id"]), doc, now) for doc in docs)
+                if len(docs) < PAGE_SIZE:
+                    break
+                last = docs[-1]
+
+    def delete(self, session_id: str) -> bool:
+        """Remove the session whole; ``True`` if it existed.
+
+        Deleting the session document is the commit: from then on no reader finds the
+        session. Its message documents go next, by the epochs the document named.
+        """
+        check_session_id(session_id)
+        stored = key(session_id)
+        with self._errors("delete", session_id):
+            for _ in attempts(self._timeout):
+                doc = self._sessions.find_one({"_id": stored}, _STATE_FIELDS)
+                if doc is None:
+                    return False
+                # Only the transcript read may go, so that its epochs are all there is to delete.
+                if self._sessions.delete_one({"_id": stored, **revision_is(parse_state(doc))}).deleted_count:
+                    break
+            else:
+                raise self._gave_up("delete", session_id, "saves kept changing it")
+            epochs = {s["epoch"] for s in doc.get("segments", ())} | {g["epoch"] for g in doc.get("garbage", ())}
+            if epochs:
+                self._messages.bulk_write([DeleteMany({"session_id": stored, "epoch": e}) for e in epochs])
+        self._known.forget(session_id)
+        return True
+
+    def cancel(self, session_id: str) -> bool:
+        """Ask the live run holding the session to stop; ``False`` when none holds it."""
+        check_session_id(session_id)
+        with self._errors("cancel the run", session_id):
+            live = {"_id": key(session_id), "run_state": RUNNING, "lease_expires_at": {"$gt": micros(utcnow())}}
+            return self._sessions.update_one(live, {"$set": {"cancel_requested": True}}).matched_count == 1
+
+    # --- Holding a run ---------------------------------------------------------------------
+
+    def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
+        """Hold the session for a run, taking over a stalled one; busy while another lease is live."""
+        check_session_id(session_id)
+        lease = check_lease(lease)
+        if not isinstance(replica, str):
+            raise TypeError(f"replica must be a str, got {type(replica).__name__}: {replica!r:.80}")
+        stored = key(session_id)
+        with self._errors("claim", session_id):
+            for _ in attempts(self._timeout):
+                token, now = self._next_token(), micros(utcnow())
+                lapsed = {"lease_expires_at": {"$not": {"$gt": now}}}  # as derive_state: no lease is no hold
+                free = {"_id": stored, "$or": [{"run_state": {"$ne": RUNNING}}, lapsed]}
+                held = {"run_state": RUNNING, "token": token, "holder": key(replica), "lease": lease}
+                held |= {"lease_expires_at": now + lease_micros(lease), "cancel_requested": False}
+                with suppress(DuplicateKeyError):  # the document exists and the filter refused it
+                    self._sessions.update_one(free, {"$set": held, "$setOnInsert": _new(session_id)}, upsert=True)
+                    return Claim(session_id, token, replica, lease)
+                doc = self._sessions.find_one({"_id": stored}, _INFO_FIELDS)
+                if doc is not None and (info := info_of(session_id, doc, utcnow())).state is RunState.RUNNING:
+                    raise busy(session_id, info.holder, info.lease_expires_at)
+        raise self._gave_up("claim", session_id, "its record kept changing")
+
+    def peek_steers(self, session_id: str) -> list[Steer]:
+        """The waiting steers, oldest first, left in place."""
+        check_session_id(session_id)
+        with self._errors("read the steers", session_id):
+            return steers_of(self._sessions.find_one({"_id": key(session_id)}, {"steers": 1}))
+
+    def save_run(
+        self,
+        claim: Claim,
+        messages: Sequence[Message],
+        *,
+        taken: Sequence[int] = (),
+        end: RunState | None = None,
+        unless_steered: bool = False,
+    ) -> Progress:
+        """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``."""
+        if not isinstance(claim, Claim):
+            raise TypeError(f"claim must be a Claim, got {type(claim).__name__}")
+        if end is not None and end not in ENDINGS:
+            raise ValueError(f"end must be one of {sorted(ENDINGS)} or None, got {end!r:.80}")
+        plan, gone = plan_save(self._known, claim.session_id, messages), frozenset(taken)
+        stored = key(claim.session_id)
+        with self._errors("save the transcript", claim.session_id):
+            for _ in attempts(self._timeout):
+                doc = self._sessions.find_one({"_id": stored}, _RUN_FIELDS)
+                if doc is None or doc.get("token") != claim.token or doc.get("run_state") != RUNNING:
+                    raise superseded(claim)
+                step = RunStep.of(doc, claim, gone, end, unless_steered)
+                revision = self._try_save(plan, stored, parse_state(doc), step)
+                if revision is not None:
+                    self._known.remember(claim.session_id, revision, plan.messages)
+                    return step.progress
+        raise self._gave_up("save the transcript", claim.session_id, "other writers kept changing its record")
+
+    def renew(self, claims: Sequence[Claim]) -> Renewal:
+        """Extend each claim's lease in one write; report the claims lost and those asked to cancel."""
+        claims = list(claims)
+        if not claims:
+            return Renewal()
+        for claim in claims:
+            if not isinstance(claim, Claim):
+                raise TypeError(f"renew takes Claims, got {type(claim).__name__}")
+        with self._errors(f"renew the leases of {len(claims)} runs", None):
+            now = micros(utcnow())
+            self._sessions.bulk_write(
+                [
+                    UpdateOne(
+                        {"_id": key(c.session_id), "token": c.token, "run_state": RUNNING},
+                        {"$set": {"lease_expires_at": now + lease_micros(c.lease)}},
+                    )
+                    for c in claims
+                ],
+                ordered=False,
+            )
+            ids = list({key(c.session_id) for c in claims})
+            found = self._sessions.find({"_id": {"$in": ids}}, {"token": 1, "run_state": 1, "cancel_requested": 1})
+            records = {text_of(doc["_id"]): doc for doc in found}
+        held = {c for c in claims if holds(records.get(c.session_id), c)}
+        cancelling = {c for c in held if records[c.session_id].get("cancel_requested")}
+        return Renewal(frozenset(claims) - held, frozenset(cancelling))
+
+    # --- Saving: the compare-and-set every save ends with ------------------------------------
+
+    def _try_save(self, plan: SavePlan, stored: object, old: State | None, run: RunStep | None = None) -> int | None:
+        """One attempt at a save (a run's with ``run``): its new revision, or ``None`` if another writer came first."""
         revision = new_revision()
         keep = plan.rows_to_keep(old.revision if old else None)
-        new, epoch, start = _next_state(old, revision, keep, len(plan.messages), fresh=False)
+        new, epoch, start = next_state(old, revision, keep, len(plan.messages), fresh=False)
         appends = old is not None and epoch == old.segments[-1][0]
-        if appends and not self._insert(plan, key, epoch, start):
+        if appends and not self._insert(plan, stored, epoch, start):
             # Documents already sit past the stored length of the last epoch: another
             # writer's, in flight or dead. A fresh epoch cannot collide with them, and
             # committing it cuts them off, to be collected with the garbage.
-            new, epoch, start = _next_state(old, revision, keep, len(plan.messages), fresh=True)
+            new, epoch, start = next_state(old, revision, keep, len(plan.messages), fresh=True)
             appends = False
-        if not appends and not self._insert(plan, key, epoch, start):
+        if not appends and not self._insert(plan, stored, epoch, start):
             return None  # a random epoch already in use: try again with another
-        if not self._commit(key, old, new):
+        if not self._commit(plan, old, new, run):
             # Appended documents stay past the stored length, where no reader looks; the
             # first save to append there collides with them, cuts them off and collects them.
             if not appends:
-                self._messages.delete_many({"session_id": key, "epoch": epoch})
+                self._messages.delete_many({"session_id": stored, "epoch": epoch})
             return None
-        self._collect(key, (old.garbage if old else ()) + new.garbage)
+        self._collect(stored, (old.garbage if old else ()) + new.garbage)
         return revision
 
-    def _insert(self, plan: SavePlan, key: object, epoch: int, start: int) -> bool:
+    def _insert(self, plan: SavePlan, stored: object, epoch: int, start: int) -> bool:
         """Insert messages ``start:`` under ``epoch``; ``False`` if one of their keys is taken."""
-        docs = list(_documents(plan, key, epoch, start))
+        docs = list(documents(plan, stored, epoch, start))
         if not docs:
             return True
         try:
@@ -281,66 +442,129 @@ class MongoStore:
             raise
         return True
 
-    def _commit(self, key: object, old: _State | None, new: _State) -> bool:
-        """Replace the session's state with ``new`` if it is still ``old``: the save's one atomic step."""
-        if old is None:
-            try:  # no transcript yet: the document is absent, or holds only the steer counter
-                self._sessions.update_one(
-                    {"_id": key, "revision": {"$exists": False}}, {"$set": new.document()}, upsert=True
-                )
+    def _commit(self, plan: SavePlan, old: State | None, new: State, run: RunStep | None = None) -> bool:
+        """Replace the session's transcript ``old`` with ``new``: the save's one atomic step.
+
+        A plain save creates the document if it is missing; a run's (``run``) requires
+        its claim to hold it, and also renews the lease, pulls steers and may release.
+        """
+        now = micros(utcnow())
+        where = {"_id": key(plan.session_id), **revision_is(old)}
+        update: dict[str, Any] = {"$set": new.document(now)}
+        if run is None:
+            update["$setOnInsert"] = _new(plan.session_id)
+            try:  # no transcript yet: the document is absent, or holds only steers or a record
+                result = self._sessions.update_one(where, update, upsert=old is None)
             except DuplicateKeyError:
                 return False  # another writer created it between our read and this write
-            return True
-        result = self._sessions.update_one({"_id": key, "revision": old.revision}, {"$set": new.document()})
-        return result.matched_count == 1
+            return result.matched_count == 1 or result.upserted_id is not None
+        update["$set"] |= {"lease_expires_at": now + lease_micros(run.lease), **run.released}
+        return self._sessions.update_one(where | run.condition, update | run.operators).matched_count == 1
 
-    def _collect(self, key: object, garbage: tuple[tuple[int, int], ...]) -> None:
+    def _collect(self, stored: object, garbage: tuple[tuple[int, int], ...]) -> None:
         if not garbage:
             return
         # The save has committed, so a failure here is not the caller's: the session
         # document lists the garbage, and the next save deletes it.
         with suppress(PyMongoError):
-            self._messages.bulk_write([DeleteMany(_in_run(key, e, start)) for e, start in garbage], ordered=False)
+            self._messages.bulk_write([DeleteMany(in_run(stored, e, start)) for e, start in garbage], ordered=False)
 
-    def _read(self, key: object, state: _State) -> list[Message] | None:
+    def _read(self, stored: object, state: State) -> list[Message] | None:
         """The messages ``state`` names, or ``None`` if a save deleted some of them meanwhile."""
         if not state.length:
             return []
         runs = [run for run in state.runs() if run[2] > run[1]]
-        docs = [doc for run in runs for doc in self._messages.find(_in_run(key, *run), _BODY_FIELDS)]
-        after = _parse_state(self._sessions.find_one({"_id": key}, _STATE_FIELDS))
+        docs = [doc for run in runs for doc in self._messages.find(in_run(stored, *run), _BODY_FIELDS)]
+        after = parse_state(self._sessions.find_one({"_id": stored}, _STATE_FIELDS))
         # A stale writer may re-insert a key that was deleted, so a complete read proves
         # nothing by itself; the state still naming every message read does.
         if after is None or not after.covers(state):
             return None
-        bodies = _assemble(state.length, docs)
+        bodies = assemble(state.length, docs)
         if bodies is None:
-            raise StoreError(f"session {key!r:.80} names messages that are not stored; the database was changed")
+            raise StoreError(f"session {stored!r:.80} names messages that are not stored; the database was changed")
         return [load_message(body) for body in bodies]
 
-    def _next_steer_seq(self, key: object) -> int:
+    # --- Steers and tokens -----------------------------------------------------------------
+
+    def _push_steer(self, session_id: str, stored: object, text: Binary, size: int) -> RunState | None:
+        """Append a steer with the next seq if the steers waiting leave room; the state then, or ``None``."""
+        # A pipeline, so the steer carries the seq this same update counts to; the filter
+        # leaves room under the 16 MB limit.
+        pipeline: list[dict[str, Any]] = [
+            {"$set": {"steer_seq": {"$add": [{"$ifNull": ["$steer_seq", 0]}, 1]}}},
+            {
+                "$set": {
+                    "steers": {
+                        "$concatArrays": [
+                            {"$ifNull": ["$steers", []]},
+                            [{"seq": "$steer_seq", "text": {"$literal": text}}],
+                        ]
+                    },
+                    "steer_bytes": {"$add": [{"$ifNull": ["$steer_bytes", 0]}, size]},
+                    "sort": {"$ifNull": ["$sort", {"$literal": sort_key(session_id)}]},
+                }
+            },
+        ]
+        room = {"_id": stored, "steer_bytes": {"$not": {"$gt": _STEER_ROOM - size}}}
+        doc = self._sessions.find_one_and_update(
+            room, pipeline, projection={"run_state": 1, "lease_expires_at": 1}, return_document=ReturnDocument.AFTER
+        )
+        if doc is not None:
+            return derive_state(doc.get("run_state"), moment(doc.get("lease_expires_at")), utcnow())
+        # No such document (or no room): create it with the steer. Every document has a
+        # sort key, so this filter matches none, and the upsert inserts or collides. Not
+        # one upserting find_one_and_update: SecantusDB can apply that to a document made
+        # meanwhile and answer null, and the steer would be added twice.
+        with suppress(DuplicateKeyError):
+            self._sessions.update_one({"_id": stored, "sort": {"$exists": False}}, pipeline, upsert=True)
+            return RunState.IDLE  # a new document: no run has held it
+        return None
+
+    def _pull(self, stored: object, doc: Mapping[str, Any]) -> bool:
+        """Remove the steers ``doc`` holds, if every one is still there; whether they were."""
+        # A read, then one update conditional on what was read, not one find_one_and_update
+        # returning the document before: SecantusDB finds that document, then writes, so
+        # two takers can both be handed it.
+        seqs = [steer["seq"] for steer in doc["steers"]]
+        size = sum(len(steer["text"]) + STEER_OVERHEAD for steer in doc["steers"])
+        present = {"_id": stored, "$and": [{"steers.seq": seq} for seq in seqs]}
+        pull = {"$pull": {"steers": {"seq": {"$in": seqs}}}, "$inc": {"steer_bytes": -size}}
+        return self._sessions.update_one(present, pull).matched_count == 1
+
+    def _next_token(self) -> int:
         for _ in range(2):
-            try:
-                doc = self._sessions.find_one_and_update(
-                    {"_id": key},
-                    {"$inc": {"steer_seq": 1}},
-                    projection={"steer_seq": 1},
-                    upsert=True,
-                    return_document=pymongo.ReturnDocument.AFTER,
+            with suppress(DuplicateKeyError):  # two first claims raced to create the counter
+                doc = self._counters.find_one_and_update(
+                    {"_id": "tokens"}, {"$inc": {"value": 1}}, upsert=True, return_document=ReturnDocument.AFTER
                 )
-            except DuplicateKeyError:
-                continue  # two upserts raced to create the document; now it exists
-            if doc is not None:
-                return int(doc["steer_seq"])
-        raise StoreError(f"could not count the steers of session {key!r:.80}")
+                if doc is not None:
+                    return int(doc["value"])
+        raise StoreError(f"MongoStore({self.database.name!r}) could not count a token in {COUNTERS!r}")
+
+    # --- Errors and indexes ----------------------------------------------------------------
+
+    def _too_many_steers(self, session_id: str, size: int, waiting: int) -> StoreError:
+        already = f" on top of the {waiting} bytes already waiting" if waiting else ""
+        return StoreError(
+            f"MongoDB store {self.database.name!r} could not add a steer of {size} bytes to session "
+            f"{session_id!r:.80}{already}: pending steers live in the session's document, which MongoDB "
+            f"limits to 16 MB, so at most {_STEER_ROOM} bytes of steers can wait at once"
+        )
+
+    def _gave_up(self, action: str, session_id: str, why: str) -> StoreError:
+        return StoreError(
+            f"MongoDB store {self.database.name!r} could not {action} of session {session_id!r:.80}: "
+            f"{why} for {self._timeout} s"
+        )
 
     def _check_indexes(self) -> None:
         if self._indexes_checked:
             return
         for name, models in INDEXES.items():
-            present = {_index_key(index) for index in self._messages.database[name].list_indexes()}
+            present = {index_key(index) for index in self._messages.database[name].list_indexes()}
             for model in models:
-                if _index_key(model.document) not in present:
+                if index_key(model.document) not in present:
                     raise SchemaMissingError(
                         f"MongoDB store {self.database.name!r}: collection {name!r} has no index "
                         f"{model.document['name']!r}; create agentsessions.stores.mongodb.INDEXES first: "
@@ -349,94 +573,18 @@ class MongoStore:
         self._indexes_checked = True  # a race here only checks twice
 
     @contextmanager
-    def _errors(self, action: str, session_id: str) -> Iterator[None]:
+    def _errors(self, action: str, session_id: str | None) -> Iterator[None]:
         try:
             with pymongo.timeout(self._timeout):
                 self._check_indexes()
                 yield
-        except PyMongoError as error:
-            self._known.forget(session_id)
-            raise StoreError(
-                f"MongoDB store {self.database.name!r} could not {action} of session {session_id!r:.80}: {error}"
-            ) from error
+        except (PyMongoError, BSONError) as error:
+            if session_id is not None:
+                self._known.forget(session_id)
+            where = "" if session_id is None else f" of session {session_id!r:.80}"
+            raise StoreError(f"MongoDB store {self.database.name!r} could not {action}{where}: {error}") from error
 
 
-def _attempts(seconds: float) -> Iterator[int]:
-    """Attempt numbers until ``seconds`` have passed, with a growing random pause between them.
-
-    Saves that lose the compare-and-set to another writer, and reads that a save changed
-    under them, start over; the random pause keeps a few writers from colliding forever.
-    """
-    deadline = time.monotonic() + seconds
-    for attempt in itertools.count():
-        yield attempt
-        if time.monotonic() >= deadline:
-            return
-        time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
-
-
-def _key(session_id: str) -> str | Binary:
-    """The session id as stored: the str itself, unless it holds lone surrogates."""
-    if session_id.isascii():
-        return session_id
-    try:
-        session_id.encode()
-    except UnicodeEncodeError:
-        return Binary(encode_text(session_id))  # a str can never equal a Binary, so ids stay apart
-    return session_id
-
-
-def _index_key(index: Mapping[str, Any]) -> tuple[tuple[tuple[str, Any], ...], bool]:
-    # Servers and tools may report a key's direction as 1 or 1.0.
-    fields = tuple((name, int(d) if isinstance(d, (int, float)) else d) for name, d in index["key"].items())
-    return fields, bool(index.get("unique", False))
-
-
-def _next_state(old: _State | None, revision: int, keep: int, length: int, *, fresh: bool) -> tuple[_State, int, int]:
-    """The state after a save, the epoch to write, and the first position to write under it.
-
-    Appends go to the last epoch; anything else starts a fresh epoch at ``keep`` (at 0
-    when there are too many segments). Segments after ``keep`` go to the garbage, whole,
-    and the one that ``keep`` cuts loses its tail (and any stray documents past its end).
-    """
-    if old is not None and keep == old.length and not fresh:
-        return _State(revision, length, old.segments), old.segments[-1][0], keep
-    epoch = new_revision()
-    kept = [s for s in old.segments if s[1] < keep] if old is not None else []
-    if len(kept) >= _MAX_SEGMENTS:
-        kept, keep = [], 0
-    dropped = [(e, 0) for e, start in old.segments if start >= keep] if old is not None else []
-    cut = [(kept[-1][0], keep)] if kept else []
-    return _State(revision, length, (*kept, (epoch, keep)), tuple(dropped + cut)), epoch, keep
-
-
-def _documents(plan: SavePlan, key: object, epoch: int, start: int) -> Iterator[dict[str, Any]]:
-    for position in range(start, len(plan.messages)):
-        body = dump_message(plan.messages[position])
-        doc = {"session_id": key, "epoch": epoch, "position": position}
-        if len(body) * 4 <= _CHUNK_BYTES or len(data := body.encode()) <= _CHUNK_BYTES:
-            yield {**doc, "body": body}
-            continue
-        pieces = [data[i : i + _CHUNK_BYTES] for i in range(0, len(data), _CHUNK_BYTES)]
-        yield {**doc, "chunks": len(pieces), "body": Binary(pieces[0])}
-        for chunk, piece in enumerate(pieces[1:], start=1):
-            yield {**doc, "chunk": chunk, "body": Binary(piece)}
-
-
-def _piece(doc: Mapping[str, Any]) -> tuple[int, int]:
-    return doc["position"], doc.get("chunk", 0)
-
-
-def _assemble(length: int, docs: list[dict[str, Any]]) -> list[str | bytes] | None:
-    """Each position's body, joining split ones; ``None`` if any position or piece is missing."""
-    docs.sort(key=_piece)
-    bodies: list[str | bytes] = []
-    index = 0
-    for position in range(length):
-        chunks = docs[index].get("chunks", 1) if index < len(docs) else 1
-        parts = docs[index : index + chunks]
-        if [_piece(doc) for doc in parts] != [(position, chunk) for chunk in range(chunks)]:
-            return None
-        bodies.append(parts[0]["body"] if chunks == 1 else b"".join(bytes(doc["body"]) for doc in parts))
-        index += chunks
-    return bodies
+def _new(session_id: str) -> dict[str, Any]:
+    """The fields a session document gets when an upsert creates it."""
+    return {"sort": sort_key(session_id)}

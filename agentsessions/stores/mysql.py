@@ -1,19 +1,35 @@
 """A store in MySQL or MariaDB (InnoDB) through PyMySQL connections that the caller provides.
 
-The library never runs :data:`SCHEMA`: run each statement once per database, as part of
-your own migrations (``for stmt in mysql.SCHEMA: cur.execute(stmt)``). Until then every
-call raises :class:`~agentsessions.errors.SchemaMissingError`.
+The library never runs :data:`SCHEMA`: run each statement once per database, in your own
+migrations, and commit (``for stmt in mysql.SCHEMA: cur.execute(stmt)``, then
+``conn.commit()``). Until then every call raises :class:`~agentsessions.errors.SchemaMissingError`.
 
 Each call asks ``connect()`` for a connection, uses it for one transaction and closes it,
-also on errors: with a pool's ``connection`` method, closing returns it to the pool. No
-connection is shared between calls, so one store object serves any number of threads.
+also on errors (a pooled one goes back to its pool), so one store object serves any
+number of threads. Timestamps and lease comparisons use the server's clock
+(``UTC_TIMESTAMP(6)``), so replicas whose clocks disagree agree on who holds a session.
+
+Time limits are the connections': PyMySQL waits forever unless told not to, so every
+connection ``connect()`` returns must carry ``read_timeout``, ``write_timeout`` and
+``connect_timeout``, e.g. ``PooledDB(pymysql, ..., connect_timeout=5, read_timeout=30,
+write_timeout=30, init_command="SET SESSION innodb_lock_wait_timeout = 10")``. Keep
+``read_timeout`` above ``innodb_lock_wait_timeout`` (50 s unless set, hence that
+``init_command``): a call waiting for a lock then gets the server's lock-wait error, not a
+client timeout after which the server keeps the abandoned transaction's locks until its
+own wait ends. A call whose server stops answering fails with a :class:`StoreError` saying
+so within one ``read_timeout`` over a plain connection, a few through a DBUtils pool (it
+retries connecting, each try bounded alike); the next call gets a fresh connection from a
+pool that checks connections before lending them (DBUtils' default ``ping=1``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import datetime
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
+
+import attrs
 
 try:
     import pymysql
@@ -21,26 +37,38 @@ try:
 except ImportError as error:  # pragma: no cover - depends on what is installed
     raise ImportError("agentsessions.stores.mysql needs PyMySQL: pip install agentsessions[mysql]") from error
 
+from agentsessions import runs
 from agentsessions.codec import decode_text, encode_text, load_message
 from agentsessions.errors import SchemaMissingError, StoreError
 from agentsessions.messages import Message
+from agentsessions.runs import UTC, Claim, Progress, Renewal, RunState, SessionInfo, Steer
 from agentsessions.session import check_session_id, check_steer
-from agentsessions.stores._incremental import KnownSessions, new_revision, plan_save
+from agentsessions.stores._incremental import KnownSessions, SavePlan, new_revision, plan_save
+
+__all__ = ["SCHEMA", "MySQLStore"]
 
 # Every stored value is binary, so nothing depends on the connection's character set or
-# on a collation. Ids are the id's UTF-8 (surrogates passed through, 4 bytes a character
-# at most): binary strings compare every byte, where a PAD SPACE collation (MariaDB's
-# utf8mb4_bin) makes `a` equal `a `, and a case-insensitive one `a` equal `A`. Message
-# bodies are codec JSON as LONGBLOB, never JSON, which would reorder and drop duplicate
-# keys of a tool call's raw arguments. updated_at (UTC) is there for listing sessions.
+# on a collation. Ids (and holders) are the text's UTF-8 (surrogates passed through, 4 bytes
+# a character at most): binary strings compare every byte, where a PAD SPACE collation
+# (MariaDB's utf8mb4_bin) makes `a` equal `a `, and a case-insensitive one `a` equal `A`.
+# Message bodies are codec JSON as LONGBLOB, never JSON, which would reorder and drop
+# duplicate keys of a tool call's raw arguments. Times are UTC; updated_at is NULL until
+# the first save. No delete resets the token counter, so no session id sees a token twice.
 # Steers are clustered by session: a locking read that scanned other sessions' rows would
 # wait for, and deadlock with, takers of those sessions.
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS agentsessions_sessions (
-    id          VARBINARY(1020) NOT NULL PRIMARY KEY,
-    revision    BIGINT          NOT NULL,
-    length      INT             NOT NULL,
-    updated_at  DATETIME(6)     NOT NULL
+    id               VARBINARY(1020) NOT NULL PRIMARY KEY,
+    revision         BIGINT          NOT NULL,
+    length           INT             NOT NULL,
+    updated_at       DATETIME(6)     NULL,
+    run_state        VARBINARY(16)   NULL,
+    token            BIGINT          NOT NULL DEFAULT 0,
+    holder           BLOB            NULL,
+    lease            DOUBLE          NOT NULL DEFAULT 0,
+    lease_expires_at DATETIME(6)     NULL,
+    cancel_requested BOOLEAN         NOT NULL DEFAULT FALSE,
+    KEY agentsessions_sessions_by_update (updated_at, id)
 ) ENGINE = InnoDB""",
     """CREATE TABLE IF NOT EXISTS agentsessions_messages (
     session_id  VARBINARY(1020) NOT NULL,
@@ -55,20 +83,31 @@ SCHEMA = [
     PRIMARY KEY (session_id, seq),
     KEY agentsessions_steers_by_seq (seq)
 ) ENGINE = InnoDB""",
+    """CREATE TABLE IF NOT EXISTS agentsessions_tokens (
+    id          TINYINT         NOT NULL PRIMARY KEY,
+    value       BIGINT          NOT NULL
+) ENGINE = InnoDB""",
+    "INSERT IGNORE INTO agentsessions_tokens (id, value) VALUES (1, 0)",
 ]
 
+PAGE = 500
+"""How many sessions :meth:`MySQLStore.sessions` fetches in one query."""
+
+_ER_BAD_FIELD = 1054
 _ER_NO_SUCH_TABLE = 1146
 # For the next transaction only. InnoDB's default REPEATABLE READ also locks the gaps
 # between rows, so saves of neighbouring sessions would wait for, even deadlock, each other.
 _READ_COMMITTED = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
-# Creates the record or locks the existing one, so two first saves of a session queue up
-# too. A fresh record carries this save's own revision, which no store object knows, and
-# length 0, so the save replaces everything and deletes nothing.
+# Creates the record or locks the existing one, so two first writes of a session queue up
+# too. A fresh record carries this call's own revision, which no store object knows, and
+# length 0, so a save replaces everything and deletes nothing.
 _CREATE_SESSION = """
-INSERT INTO agentsessions_sessions (id, revision, length, updated_at) VALUES (%s, %s, 0, UTC_TIMESTAMP(6))
-ON DUPLICATE KEY UPDATE id = id
+INSERT INTO agentsessions_sessions (id, revision, length) VALUES (%s, %s, 0) ON DUPLICATE KEY UPDATE id = id
 """
-_LOCK_SESSION = "SELECT revision, length FROM agentsessions_sessions WHERE id = %s FOR UPDATE"
+_LOCK_SESSION = """
+SELECT revision, length, token, run_state, cancel_requested, holder, lease_expires_at, UTC_TIMESTAMP(6)
+FROM agentsessions_sessions WHERE id = %s FOR UPDATE
+"""
 # Locking statements name the primary key: on a small table the optimizer may pick a scan,
 # which would lock, and wait for, other sessions' rows. A single-table DELETE takes no
 # index hint; this form of DELETE does.
@@ -80,6 +119,14 @@ _INSERT_MESSAGE = "INSERT INTO agentsessions_messages (session_id, position, bod
 _UPDATE_SESSION = """
 UPDATE agentsessions_sessions SET revision = %s, length = %s, updated_at = UTC_TIMESTAMP(6) WHERE id = %s
 """
+_LEASE_END = "UTC_TIMESTAMP(6) + INTERVAL ROUND({lease} * 1000000) MICROSECOND"
+# A run's save renews its lease; with an end (not NULL) it also releases the session.
+_UPDATE_RUN = f"""
+UPDATE agentsessions_sessions SET revision = %s, length = %s, updated_at = UTC_TIMESTAMP(6),
+    lease_expires_at = {_LEASE_END.format(lease="lease")},
+    run_state = COALESCE(%s, run_state), cancel_requested = cancel_requested AND %s IS NULL
+WHERE id = %s
+"""
 # One statement reads record and rows from one snapshot. A record with no messages gives
 # one row whose body is NULL; no record gives no rows.
 _SELECT_TRANSCRIPT = """
@@ -88,6 +135,7 @@ LEFT JOIN agentsessions_messages AS m ON m.session_id = s.id
 WHERE s.id = %s ORDER BY m.position
 """
 _INSERT_STEER = "INSERT INTO agentsessions_steers (session_id, text) VALUES (%s, %s)"
+_SELECT_STEERS = "SELECT seq, text FROM agentsessions_steers WHERE session_id = %s ORDER BY seq"
 # A taker waits for another's locked rows and then finds them deleted, so each steer has
 # one taker. The delete names the rows it read: a range could catch a steer added since.
 _LOCK_STEERS = """
@@ -96,22 +144,86 @@ SELECT seq, text FROM agentsessions_steers FORCE INDEX (PRIMARY) WHERE session_i
 _DELETE_STEERS = """
 DELETE s FROM agentsessions_steers AS s FORCE INDEX (PRIMARY) WHERE s.session_id = %s AND s.seq IN ({placeholders})
 """
+# The counter row is bumped in a transaction of its own, committed before the claim locks
+# its session: waiting for a session while holding it would make every claim queue up.
+# It also creates the row, which SCHEMA's INSERT leaves out when a migration forgets to commit.
+_NEXT_TOKEN = """
+INSERT INTO agentsessions_tokens (id, value) VALUES (1, LAST_INSERT_ID(1))
+ON DUPLICATE KEY UPDATE value = LAST_INSERT_ID(value + 1)
+"""
+_CLAIM = f"""
+UPDATE agentsessions_sessions SET run_state = 'running', token = %s, holder = %s, lease = %s,
+    lease_expires_at = {_LEASE_END.format(lease="%s")}, cancel_requested = FALSE
+WHERE id = %s
+"""
+_CANCEL = "UPDATE agentsessions_sessions SET cancel_requested = TRUE WHERE id = %s"
+# Record first, then what hangs off it: the order saves lock in, so the two never deadlock.
+_DELETE_SESSION = "DELETE s FROM agentsessions_sessions AS s FORCE INDEX (PRIMARY) WHERE s.id = %s"
+_DELETE_ALL_STEERS = "DELETE s FROM agentsessions_steers AS s FORCE INDEX (PRIMARY) WHERE s.session_id = %s"
+# The id list lets the primary key find the rows, in key order, so two renewals of
+# overlapping claims lock them in the same order; the pairs then check each token.
+_RENEW = f"""
+UPDATE agentsessions_sessions FORCE INDEX (PRIMARY) SET lease_expires_at = {_LEASE_END.format(lease="lease")}
+WHERE id IN ({{ids}}) AND (id, token) IN ({{pairs}}) AND run_state = 'running'
+"""
+# Which claims are held: only those asked to cancel (usually none) when all were renewed.
+_HELD = """
+SELECT id, token, cancel_requested FROM agentsessions_sessions FORCE INDEX (PRIMARY)
+WHERE id IN ({ids}) AND (id, token) IN ({pairs}) AND run_state = 'running'
+"""
+_INFO_COLUMNS = """s.id, s.length, s.updated_at, s.run_state, s.holder, s.lease_expires_at,
+    (SELECT COUNT(*) FROM agentsessions_steers AS t WHERE t.session_id = s.id), s.cancel_requested, UTC_TIMESTAMP(6)"""
+_INFO = f"SELECT {_INFO_COLUMNS} FROM agentsessions_sessions AS s WHERE s.id = %s"
+# Keyset pages along the (updated_at, id) index, walked backwards: newest first, never-saved
+# (NULL) last, ties by id. A page starts after the last row of the one before, so a session
+# is listed once however many share one updated_at, and no page rescans what came before.
+_PAGE = f"""
+SELECT {_INFO_COLUMNS} FROM agentsessions_sessions AS s FORCE INDEX (agentsessions_sessions_by_update)
+WHERE {{where}} ORDER BY s.updated_at DESC, s.id DESC LIMIT {PAGE}
+"""
+_SAVED_AFTER = "(s.updated_at < %s OR (s.updated_at = %s AND s.id < %s))"
+_LIVE = "s.lease_expires_at > UTC_TIMESTAMP(6)"
+_STATE_SQL = {
+    RunState.IDLE: "s.run_state IS NULL",
+    RunState.RUNNING: f"(s.run_state = 'running' AND {_LIVE})",
+    RunState.STALLED: f"(s.run_state = 'running' AND (s.lease_expires_at IS NULL OR NOT {_LIVE}))",
+    **{state: f"s.run_state = '{state.value}'" for state in (RunState.FINISHED, RunState.CANCELLED, RunState.FAILED)},
+}
 
-_Connect = Callable[[], Any]
+@attrs.frozen
+class _Record:
+    """A session row as a locking read found it; ``state`` is derived at the server's time of that read."""
+
+    revision: int
+    length: int
+    token: int
+    state: RunState
+    cancel_requested: bool
+    holder: str | None
+    lease_expires_at: datetime.datetime | None
+
+    @classmethod
+    def of(cls, row: tuple[Any, ...]) -> _Record:
+        revision, length, token, stored, cancel, holder, expires, now = row
+        state = runs.derive_state(_text(stored), _utc(expires), now.replace(tzinfo=UTC))
+        return cls(revision, length, token, state, bool(cancel), _text(holder), _utc(expires))
+
+    def holds(self, claim: Claim) -> bool:
+        # A lapsed lease (STALLED) still holds until another claim takes the session over.
+        return self.token == claim.token and self.state in (RunState.RUNNING, RunState.STALLED)
 
 
 class MySQLStore:
-    """Sessions in MariaDB or MySQL (InnoDB), over connections from ``connect()``.
+    """Sessions and their runs in MariaDB or MySQL (InnoDB), over connections from ``connect()``.
 
-    ``connect`` takes no argument and returns a PyMySQL connection: a pool's
-    ``connection`` method, or ``functools.partial(pymysql.connect, host=..., ...)``
-    (which pays for a new connection on every call). The store closes each connection
-    when its call is done. A single connection object is refused: threads cannot share
-    one, and PyMySQL cannot bring one back once the server has dropped it. Lock waits end
-    after the server's ``innodb_lock_wait_timeout`` (50 s by default).
+    ``connect`` takes no argument and returns a PyMySQL connection with the timeouts the
+    module docstring names: a pool's ``connection`` method, or ``functools.partial(
+    pymysql.connect, host=..., ...)`` (a new connection on every call). The store closes
+    each one when its call is done. A single connection object is refused: threads cannot
+    share one, and PyMySQL cannot bring one back once the server has dropped it.
     """
 
-    def __init__(self, connect: _Connect) -> None:
+    def __init__(self, connect: Callable[[], Any]) -> None:
         if not callable(connect):
             raise TypeError(
                 "MySQLStore takes a zero-argument callable returning a PyMySQL connection, such as "
@@ -123,20 +235,18 @@ class MySQLStore:
     def __repr__(self) -> str:
         return f"MySQLStore({self.connect!r:.120})"
 
+    # --- Transcripts and steers (the seed's four) ------------------------------------------
+
     def save(self, session_id: str, messages: Sequence[Message]) -> None:
         """Make ``messages`` the transcript; writes only what is new since this store last saw it."""
         plan = plan_save(self._known, session_id, messages)
-        revision = new_revision()
-        key = encode_text(session_id)
-        with self._transaction("save the transcript", session_id) as cur:
+        revision, key = new_revision(), encode_text(session_id)
+        rows = _rows(plan, key, plan.shared)
+        with self._transaction("save the transcript", session_id, payload=_largest(rows)) as cur:
             cur.execute(_CREATE_SESSION, (key, revision))
             cur.execute(_LOCK_SESSION, (key,))
-            stored_revision, stored_length = cur.fetchone()
-            keep = plan.rows_to_keep(stored_revision)
-            if stored_length > keep:
-                cur.execute(_DELETE_MESSAGES_FROM, (key, keep))
-            if len(plan.messages) > keep:
-                cur.executemany(_INSERT_MESSAGE, [(k, p, body.encode()) for k, p, body in plan.rows(key, keep)])
+            record = _Record.of(cur.fetchone())
+            _write_transcript(cur, plan, key, rows, record)
             cur.execute(_UPDATE_SESSION, (revision, len(plan.messages), key))
         self._known.remember(session_id, revision, plan.messages)
 
@@ -151,12 +261,19 @@ class MySQLStore:
             self._known.remember(session_id, rows[0][0], loaded)
         return loaded
 
-    def add_steer(self, session_id: str, text: str) -> None:
-        """Leave a steer for the session's next run."""
-        check_session_id(session_id)
-        check_steer(text)
-        with self._transaction("add a steer", session_id, locking=False) as cur:
-            cur.execute(_INSERT_STEER, (encode_text(session_id), encode_text(text)))
+    def add_steer(self, session_id: str, text: str) -> RunState:
+        """Leave a steer for the session's run; returns the session's state as it was stored.
+
+        The session's row stays locked from reading the state to storing the steer, so a
+        run releasing the session either sees this steer or is seen released.
+        """
+        key, data = encode_text(check_session_id(session_id)), encode_text(check_steer(text))
+        with self._transaction("add a steer", session_id, payload=len(data)) as cur:
+            cur.execute(_CREATE_SESSION, (key, new_revision()))
+            cur.execute(_LOCK_SESSION, (key,))
+            state = _Record.of(cur.fetchone()).state
+            cur.execute(_INSERT_STEER, (key, data))
+        return state
 
     def take_steers(self, session_id: str) -> list[str]:
         """Remove and return the waiting steers, oldest first; each goes to exactly one caller."""
@@ -164,30 +281,185 @@ class MySQLStore:
         with self._transaction("take steers", session_id) as cur:
             cur.execute(_LOCK_STEERS, (key,))
             rows = cur.fetchall()
-            if rows:
-                placeholders = ", ".join(["%s"] * len(rows))
-                cur.execute(_DELETE_STEERS.format(placeholders=placeholders), [key, *(seq for seq, _ in rows)])
+            _delete_steers(cur, key, [seq for seq, _ in rows])
         return [decode_text(text) for _, text in rows]
 
+    # --- Records: info, listing, delete, cancel ---------------------------------------------
+
+    def info(self, session_id: str) -> SessionInfo:
+        """The session's record, in one query; an unknown id is ``IDLE`` with length 0."""
+        check_session_id(session_id)
+        with self._transaction("read the session's record", session_id, locking=False) as cur:
+            cur.execute(_INFO, (encode_text(session_id),))
+            row = cur.fetchone()
+        return _info(row) if row else SessionInfo(session_id)
+
+    def sessions(
+        self, *, state: RunState | Collection[RunState] | None = None, updated_before: datetime.datetime | None = None
+    ) -> Iterator[SessionInfo]:
+        """Every session, newest update first (never saved last), each exactly once.
+
+        Fetched lazily, :data:`PAGE` at a time, each page a query of its own, so no
+        connection is held between pages. The arguments are checked at once.
+        """
+        states, before = runs.state_filter(state), runs.check_updated_before(updated_before)
+        filters, args = [], []
+        if before is not None:
+            filters.append("s.updated_at < %s")
+            args.append(before.astimezone(UTC).replace(tzinfo=None))
+        if states is not None:
+            filters.append(f"({' OR '.join(_STATE_SQL[s] for s in sorted(states)) or 'FALSE'})")
+        return self._pages(filters, args, saved_only=before is not None)
+
+    def _pages(self, filters: list[str], args: list[Any], *, saved_only: bool) -> Iterator[SessionInfo]:
+        # Saved sessions, then (unless updated_before leaves them out) the never saved: two ranges.
+        for saved in (True,) if saved_only else (True, False):
+            after: list[Any] = []  # where the last page ended: (updated_at, updated_at, id), or (id,)
+            while True:
+                where = ["s.updated_at IS NOT NULL" if saved else "s.updated_at IS NULL", *filters]
+                if after:
+                    where.append(_SAVED_AFTER if saved else "s.id < %s")
+                with self._transaction("list sessions", None, locking=False) as cur:
+                    cur.execute(_PAGE.format(where=" AND ".join(where)), [*args, *after])
+                    rows = cur.fetchall()
+                yield from map(_info, rows)
+                if len(rows) < PAGE:
+                    break
+                after = [rows[-1][2], rows[-1][2], rows[-1][0]] if saved else [rows[-1][0]]
+
+    def delete(self, session_id: str) -> bool:
+        """Remove record, steers and transcript in one transaction; ``True`` if the session existed."""
+        key = encode_text(check_session_id(session_id))
+        with self._transaction("delete the session", session_id) as cur:
+            found: int = cur.execute(_DELETE_SESSION, (key,))
+            found += cur.execute(_DELETE_ALL_STEERS, (key,))
+            found += cur.execute(_DELETE_MESSAGES_FROM, (key, 0))
+        self._known.forget(session_id)
+        return found > 0
+
+    def cancel(self, session_id: str) -> bool:
+        """Ask the live run holding the session to stop; ``False`` (nothing written) when none holds it."""
+        key = encode_text(check_session_id(session_id))
+        with self._transaction("cancel the run", session_id) as cur:
+            cur.execute(_LOCK_SESSION, (key,))
+            row = cur.fetchone()
+            if row is None or _Record.of(row).state is not RunState.RUNNING:
+                return False
+            cur.execute(_CANCEL, (key,))
+        return True
+
+    # --- Holding a run ---------------------------------------------------------------------
+
+    def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
+        """Hold the session for a run, taking over a stalled one; busy while another lease is live."""
+        lease, key, holder = runs.check_lease(lease), encode_text(check_session_id(session_id)), encode_text(replica)
+        with self._transaction("take a new token", session_id, locking=False) as cur:
+            cur.execute(_NEXT_TOKEN)  # committed before the session is locked
+            token = int(cur.lastrowid)
+        with self._transaction("claim the session", session_id) as cur:
+            cur.execute(_CREATE_SESSION, (key, new_revision()))
+            cur.execute(_LOCK_SESSION, (key,))
+            record = _Record.of(cur.fetchone())
+            if record.state is RunState.RUNNING:
+                raise runs.busy(session_id, record.holder, record.lease_expires_at)
+            cur.execute(_CLAIM, (token, holder, lease, lease, key))
+        return Claim(session_id, token, replica, lease)
+
+    def peek_steers(self, session_id: str) -> list[Steer]:
+        """The waiting steers, oldest first, left in place."""
+        check_session_id(session_id)
+        with self._transaction("read the steers", session_id, locking=False) as cur:
+            cur.execute(_SELECT_STEERS, (encode_text(session_id),))
+            rows = cur.fetchall()
+        return [Steer(seq, decode_text(text)) for seq, text in rows]
+
+    def save_run(
+        self,
+        claim: Claim,
+        messages: Sequence[Message],
+        *,
+        taken: Sequence[int] = (),
+        end: RunState | None = None,
+        unless_steered: bool = False,
+    ) -> Progress:
+        """Save as the holder of ``claim`` in one transaction, deleting the ``taken`` steers; release with ``end``."""
+        plan = plan_save(self._known, claim.session_id, messages)
+        revision, key = new_revision(), encode_text(claim.session_id)
+        rows = _rows(plan, key, plan.shared)
+        with self._transaction("save the run", claim.session_id, payload=_largest(rows)) as cur:
+            cur.execute(_LOCK_SESSION, (key,))
+            row = cur.fetchone()
+            record = _Record.of(row) if row else None
+            if record is None or not record.holds(claim):
+                raise runs.superseded(claim)
+            _delete_steers(cur, key, list(taken))
+            _write_transcript(cur, plan, key, rows, record)
+            pending: tuple[Steer, ...] = ()
+            if end is not None and unless_steered:
+                cur.execute(_SELECT_STEERS, (key,))
+                pending = tuple(Steer(seq, decode_text(text)) for seq, text in cur.fetchall())
+            release = None if end is None or pending else RunState(end).value
+            cur.execute(_UPDATE_RUN, (revision, len(plan.messages), release, release, key))
+        self._known.remember(claim.session_id, revision, plan.messages)
+        return Progress() if release else Progress(record.cancel_requested, pending)
+
+    def renew(self, claims: Sequence[Claim]) -> Renewal:
+        """Extend each claim's lease in one UPDATE, then read in one SELECT which are held and asked to cancel."""
+        if not claims:
+            return Renewal()
+        pairs = sorted({(encode_text(claim.session_id), claim.token) for claim in claims})
+        keys = sorted({key for key, _ in pairs})
+        where = {"ids": ", ".join(["%s"] * len(keys)), "pairs": ", ".join(["(%s, %s)"] * len(pairs))}
+        args = [*keys, *(value for pair in pairs for value in pair)]
+        with self._transaction(f"renew the leases of {len(claims)} claims", None) as cur:
+            renewed = cur.execute(_RENEW.format(**where), args)
+            # Rows whose lease did not change (renewed twice in one microsecond) count as not
+            # renewed: the full read then tells them apart.
+            every = renewed == len(pairs)
+            cur.execute(_HELD.format(**where) + (" AND cancel_requested" if every else ""), args)
+            held = {(decode_text(key), token): bool(cancel) for key, token, cancel in cur.fetchall()}
+        lost = set() if every else {c for c in claims if (c.session_id, c.token) not in held}
+        cancelling = {c for c in claims if held.get((c.session_id, c.token))}
+        return Renewal(frozenset(lost), frozenset(cancelling))
+
+    # --- Connections, transactions and errors ------------------------------------------------
+
     @contextmanager
-    def _transaction(self, action: str, session_id: str, *, locking: bool = True) -> Iterator[Any]:
+    def _transaction(
+        self, action: str, session_id: str | None, *, locking: bool = True, payload: int = 0
+    ) -> Iterator[Any]:
         # Without locking, one statement is atomic on its own; the commit still ends the
         # transaction a connection without autocommit opened, so no snapshot outlives the call.
-        with self._errors(action, session_id), self._connection() as conn, conn.cursor(pymysql.cursors.Cursor) as cur:
+        # begin() also tells a DBUtils pool that a transaction is open, so it never replays
+        # a failed statement on another connection in the middle of one.
+        what = f"MySQL store could not {action}" + (f" for session {session_id!r:.80}" if session_id else "")
+        with (
+            self._errors(what, session_id, payload),
+            self._connection(what) as conn,
+            conn.cursor(pymysql.cursors.Cursor) as cur,
+        ):
             if locking:
                 cur.execute(_READ_COMMITTED)
                 conn.begin()
             try:
                 yield cur
-            except BaseException:
-                with suppress(pymysql.err.Error):  # a dropped connection was rolled back by the server
-                    conn.rollback()
+            except BaseException as error:
+                if not _lost(error):  # the server rolls a lost connection back; trying would wait once more
+                    with suppress(pymysql.err.Error):
+                        conn.rollback()
                 raise
             conn.commit()
 
     @contextmanager
-    def _connection(self) -> Iterator[Any]:
-        conn = self.connect()
+    def _connection(self, what: str) -> Iterator[Any]:
+        try:
+            conn = self.connect()
+        except pymysql.err.Error as error:
+            raise StoreError(f"{what}: {_explain(error, connecting=True)}") from error
+        except (TypeError, ValueError, AttributeError):  # a mistake in connect() itself: no store error
+            raise
+        except Exception as error:  # a pool's own errors, such as having none to lend
+            raise StoreError(f"{what}: connect() gave no connection ({_describe(error)})") from error
         try:
             yield conn
         finally:
@@ -195,21 +467,129 @@ class MySQLStore:
                 conn.close()
 
     @contextmanager
-    def _errors(self, action: str, session_id: str) -> Iterator[None]:
+    def _errors(self, what: str, session_id: str | None, payload: int) -> Iterator[None]:
         try:
             yield
         except pymysql.err.Error as error:
-            self._known.forget(session_id)
-            what = f"MySQL store could not {action} for session {session_id!r:.80}"
-            if error.args and error.args[0] == _ER_NO_SUCH_TABLE:
+            if session_id is not None:
+                self._known.forget(session_id)
+            if error.args and error.args[0] in (_ER_NO_SUCH_TABLE, _ER_BAD_FIELD):
                 raise SchemaMissingError(
-                    f"{what}: its tables are missing ({_describe(error)}); "
+                    f"{what}: its tables are missing or older than this version ({_describe(error)}); "
                     "run each statement of agentsessions.stores.mysql.SCHEMA once in this database"
                 ) from error
-            raise StoreError(f"{what}: {_describe(error)}") from error
+            raise StoreError(f"{what}: {_explain(error, payload=payload)}") from error
+
+
+def _rows(plan: SavePlan, key: bytes, start: int) -> list[tuple[bytes, int, bytes]]:
+    return [(k, position, body.encode()) for k, position, body in plan.rows(key, start)]
+
+
+def _largest(rows: list[tuple[bytes, int, bytes]]) -> int:
+    return max((len(body) for _, _, body in rows), default=0)
+
+
+def _write_transcript(
+    cur: Any, plan: SavePlan, key: bytes, rows: list[tuple[bytes, int, bytes]], stored: _Record
+) -> None:
+    # ``rows`` follow the prefix this store object saw stored: all there is to write when the
+    # stored revision is still the one it saw; else every row is written.
+    keep = plan.rows_to_keep(stored.revision)
+    if stored.length > keep:
+        cur.execute(_DELETE_MESSAGES_FROM, (key, keep))
+    if keep < plan.shared:
+        rows = _rows(plan, key, keep)
+    if rows:
+        cur.executemany(_INSERT_MESSAGE, rows)
+
+
+def _delete_steers(cur: Any, key: bytes, seqs: list[int]) -> None:
+    if seqs:
+        cur.execute(_DELETE_STEERS.format(placeholders=", ".join(["%s"] * len(seqs))), [key, *seqs])
+
+
+def _info(row: tuple[Any, ...]) -> SessionInfo:
+    key, length, updated_at, stored, holder, expires, pending, cancel, now = row
+    state = runs.derive_state(_text(stored), _utc(expires), now.replace(tzinfo=UTC))
+    return SessionInfo(decode_text(key), length, _utc(updated_at), state, _text(holder), _utc(expires), pending, cancel)
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else decode_text(data)
+
+
+def _utc(value: datetime.datetime | None) -> datetime.datetime | None:
+    # DATETIME carries no zone; every one of ours is UTC.
+    return None if value is None else value.replace(tzinfo=UTC)
+
+
+# What went wrong, in words that say what to do: the driver's own message is often only
+# "server has gone away" (a statement over max_allowed_packet) or empty (a connection the
+# server or network dropped before the call began).
+_CONNECT_ERRORS = (2003, 2005)  # CR_CONN_HOST_ERROR, CR_UNKNOWN_HOST
+_DROPPED = (2006, 2013)  # CR_SERVER_GONE_ERROR, CR_SERVER_LOST
+_PACKET_TOO_LARGE = 1153
+_LOCK_WAIT_TIMEOUT, _DEADLOCK = 1205, 1213
+_LARGE = 1 << 20  # a statement this big may well be what the server refused
+
+
+def _explain(error: BaseException, *, connecting: bool = False, payload: int = 0) -> str:
+    code = error.args[0] if error.args and isinstance(error.args[0], int) else None
+    said, where = _describe(error), _address(error)
+    if code == _PACKET_TOO_LARGE or (code in _DROPPED and payload >= _LARGE and not _timed_out(error)):
+        return (
+            f"the server at {where} dropped the connection while receiving a statement carrying "
+            f"{payload / (1 << 20):.1f} MiB ({said}): that is most likely more than the server's max_allowed_packet; "
+            "raise max_allowed_packet on the server (SET GLOBAL and its configuration file), or send smaller messages"
+        )
+    if _timed_out(error):
+        return (
+            f"the server at {where} did not answer within the connection's timeout ({said}); the connection was "
+            "dropped and the server rolls back what it had not committed: check the server and the network, then retry"
+        )
+    if connecting or code in _CONNECT_ERRORS:
+        return (
+            f"could not connect to the server at {where} ({said}): check that MySQL/MariaDB is running and "
+            "reachable there, and that connect() names the right host and port"
+        )
+    if _lost(error):
+        return (
+            f"the connection to the server at {where} was lost or already closed ({said}): the server restarted, "
+            "stopped answering or is unreachable, or the connection was killed or idle past wait_timeout; nothing "
+            "uncommitted was kept. Retry, with a pool that checks connections before lending them (DBUtils: ping=1)"
+        )
+    if code == _LOCK_WAIT_TIMEOUT:
+        return f"another transaction held the session's rows past innodb_lock_wait_timeout ({said}); retry later"
+    if code == _DEADLOCK:
+        return f"the server chose this transaction as a deadlock's victim and rolled it back ({said}); retry"
+    return said
+
+
+def _lost(error: BaseException) -> bool:
+    """Whether ``error`` means the connection is gone (PyMySQL has closed it)."""
+    code = error.args[0] if isinstance(error, pymysql.err.Error) and error.args else None
+    return code in _DROPPED or (isinstance(error, pymysql.err.InterfaceError) and code == 0)
 
 
 def _describe(error: BaseException) -> str:
-    if len(error.args) == 2:  # PyMySQL's (code, message)
-        return f"({error.args[0]}) {error.args[1]}"
+    if len(error.args) == 2 and isinstance(error.args[0], int):  # PyMySQL's (code, message)
+        return f"({error.args[0]}) {error.args[1] or type(error).__name__}"
     return str(error) or type(error).__name__
+
+
+def _address(error: BaseException) -> str:
+    # connect() hides host and port (a partial, a pool) and PyMySQL's messages name the host
+    # at most, but the connection object that raised is in one of the traceback's frames.
+    trace = error.__traceback__
+    while trace is not None:
+        conn = trace.tb_frame.f_locals.get("self")
+        if isinstance(conn, pymysql.connections.Connection):
+            return f"{conn.host}:{conn.port}"
+        trace = trace.tb_next
+    return "the host and port connect() names"
+
+
+def _timed_out(error: BaseException | None) -> bool:
+    while error is not None and not isinstance(error, TimeoutError):
+        error = error.__cause__ or error.__context__
+    return error is not None

@@ -286,6 +286,7 @@ _SPECIAL_TEXTS: tuple[tuple[str, str], ...] = (
     ("backslashes, quotes and format directives", "\\ \\\\ \" ' ` \\u0000 %s %(x)s {0} $1 ?"),
     ("a byte-order mark and non-characters", "\ufeff\ufffe\uffff"),
     ("lone surrogates", "\ud800 \udfff"),
+    ("adjacent surrogates, which JSON escapes would join into one character", "x\ud83d\ude00y"),
     ("the empty string", ""),
     ("whitespace only", "  \n "),
     ("2 MB of mixed-width text", ("a\x00é€🙂" * 200_000)[: 2 * 1024 * 1024 // 11 * 5]),
