@@ -21,7 +21,7 @@ import pytest
 from agentsessions.errors import SessionBusyError
 from agentsessions.messages import Message, check_transcript
 from agentsessions.runs import Claim, Progress, RunState, SessionInfo, check_updated_before, state_filter, utcnow
-from agentsessions.session import RunStore, Store, check_session_id, check_steer
+from agentsessions.session import RunStore, Store, check_fork_at, check_session_id, check_steer
 from agentsessions.stores import storetest
 from agentsessions.stores.memory import MemoryStore
 
@@ -285,6 +285,25 @@ class CancelsAnything(MemoryStore):
         return True
 
 
+class ForksEverything(MemoryStore):
+    """Forks the whole transcript whatever ``at`` says."""
+
+    def fork(self, session_id: str, new_id: str, *, at: int | None = None) -> None:
+        """Fork, ignoring ``at`` once it is in range."""
+        length = len(self.messages(session_id))
+        check_fork_at(at, length)
+        super().fork(session_id, new_id)
+
+
+class ForksOverSessions(MemoryStore):
+    """Forks into an existing session by replacing it, instead of refusing."""
+
+    def fork(self, session_id: str, new_id: str, *, at: int | None = None) -> None:
+        """Fork, deleting whatever had the new id."""
+        self.delete(new_id)
+        super().fork(session_id, new_id, at=at)
+
+
 def test_memory_store_passes_and_reports_examples() -> None:
     report = storetest.run(MemoryStore, max_examples=EXAMPLES)
     assert tuple(report.examples) == storetest.PROPERTIES
@@ -294,15 +313,16 @@ def test_memory_store_passes_and_reports_examples() -> None:
     assert report.examples["run states follow their transitions"] >= EXAMPLES
     assert report.total == sum(report.examples.values())
     assert report.seconds > 0
-    assert re.fullmatch(r"storetest: \d+ examples over 18 properties in \d+\.\d s", str(report))
+    assert re.fullmatch(r"storetest: \d+ examples over 19 properties in \d+\.\d s", str(report))
 
 
 def test_a_store_with_only_the_seed_methods_skips_the_run_properties() -> None:
     assert not isinstance(DictStore(), RunStore)
     report = storetest.run(DictStore, max_examples=2)
-    assert report.skipped == storetest.RUN_PROPERTIES
-    assert tuple(report.examples) == tuple(p for p in storetest.PROPERTIES if p not in storetest.RUN_PROPERTIES)
-    assert str(report).endswith(f"({len(storetest.RUN_PROPERTIES)} skipped: not a RunStore)")
+    skipped = (*storetest.RUN_PROPERTIES, storetest.FORK)
+    assert report.skipped == skipped
+    assert tuple(report.examples) == tuple(p for p in storetest.PROPERTIES if p not in skipped)
+    assert str(report).endswith(f"({len(skipped)} skipped for capabilities the store lacks)")
 
 
 def test_one_store_can_be_reused_across_runs() -> None:
@@ -350,6 +370,8 @@ BROKEN_RUNS = [
     pytest.param("listing pages through every session once", PagesOnUpdatedAtOnly, id="drops-ties-across-pages"),
     pytest.param("no steer is orphaned at release", ReleasesThoughSteered, id="releases-though-steered"),
     pytest.param("cancel reaches the holder", CancelsAnything, id="cancels-when-idle"),
+    pytest.param(storetest.FORK, ForksEverything, id="fork-ignores-at"),
+    pytest.param(storetest.FORK, ForksOverSessions, id="fork-replaces-a-session"),
 ]
 
 

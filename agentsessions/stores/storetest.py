@@ -41,7 +41,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
 from agentsessions.messages import Content, Message, Role
-from agentsessions.session import MAX_SESSION_ID, RunStore, Store
+from agentsessions.session import MAX_SESSION_ID, ForkStore, RunStore, Store
+from agentsessions.stores._storetest_fork import FORK, FORK_CHECKS
 from agentsessions.stores._storetest_runs import RUN_CHECKS, RUN_PROPERTIES
 from agentsessions.stores._storetest_support import (
     CONTENT,
@@ -64,7 +65,7 @@ from agentsessions.stores._storetest_support import (
     transcripts,
 )
 
-__all__ = ["PROPERTIES", "RUN_PROPERTIES", "Report", "run"]
+__all__ = ["FORK", "PROPERTIES", "RUN_PROPERTIES", "Report", "run"]
 
 MODEL = "the store agrees with a dict model"
 VERBATIM = "strings are kept verbatim"
@@ -81,6 +82,7 @@ FRESH = "messages() returns a new list"
 PROPERTIES: tuple[str, ...] = (
     *(UNKNOWN, VERBATIM, STEERS, REPLACES, FRESH, ISOLATED, REJECTED, MODEL, READERS),
     *RUN_PROPERTIES,
+    FORK,
 )
 """The names of the properties :func:`run` checks, in the order it checks them."""
 
@@ -99,8 +101,10 @@ class Report:
     ``examples`` maps each property that ran to the Hypothesis examples it ran; ``seconds``
     is the whole run; ``replicas`` is true when two stores from the factory shared their
     data, so the properties also ran with one store object writing and another reading.
-    ``skipped`` names the properties of :data:`RUN_PROPERTIES` left out because the store
-    is not a :class:`~agentsessions.session.RunStore`.
+    ``skipped`` names the properties left out because the store lacks their capability:
+    those of :data:`RUN_PROPERTIES` for a store that is not a
+    :class:`~agentsessions.session.RunStore`, the fork property for one that is not a
+    :class:`~agentsessions.session.ForkStore`.
     """
 
     examples: Mapping[str, int] = attrs.field(converter=_read_only)
@@ -115,7 +119,7 @@ class Report:
 
     def __str__(self) -> str:
         text = f"storetest: {self.total} examples over {len(self.examples)} properties in {self.seconds:.1f} s"
-        return f"{text} ({len(self.skipped)} skipped: not a RunStore)" if self.skipped else text
+        return f"{text} ({len(self.skipped)} skipped for capabilities the store lacks)" if self.skipped else text
 
 
 def run(factory: Callable[[], Store], *, max_examples: int = 50, listing_sessions: int = 1100) -> Report:
@@ -146,7 +150,9 @@ def run(factory: Callable[[], Store], *, max_examples: int = 50, listing_session
             settings = hypothesis.settings(settings, phases=(Phase.explicit, Phase.generate))
             threaded = hypothesis.settings(threaded, phases=(Phase.explicit, Phase.generate))
         context = Context(factory(), settings, threaded, token, serial, listing_sessions=listing_sessions)
-        if name in RUN_PROPERTIES and not isinstance(context.store, RunStore):
+        if (name in RUN_PROPERTIES and not isinstance(context.store, RunStore)) or (
+            name == FORK and not isinstance(context.store, ForkStore)
+        ):
             skipped.append(name)
             continue
         try:
@@ -577,6 +583,7 @@ def _check_steers(context: Context) -> None:
 
 _CHECKS: dict[str, Callable[[Context], None]] = {
     **RUN_CHECKS,
+    **FORK_CHECKS,
     MODEL: _check_model,
     VERBATIM: _check_verbatim,
     ISOLATED: _check_ids,
