@@ -1,7 +1,8 @@
 """What a run reports while it works, one frozen class per kind of event.
 
 Pass ``events=callback`` to ``Runner.run``/``Runner.start`` and the callback receives each
-event on the run's thread, in order. An exception raised by the callback fails the run.
+event on the run's thread, in order. A callback that raises does not fail the run: the error
+is logged once, with its traceback, and that callback gets no further events from the run.
 """
 
 from __future__ import annotations

@@ -10,19 +10,48 @@ lease, no fencing, and a steer taken by a run that dies before its next save is 
 
 from __future__ import annotations
 
+import atexit
+import logging
 import os
 import socket
 import threading
+import time
+import weakref
 from collections.abc import Sequence
+from types import TracebackType
 
 from agentsessions import events as ev
 from agentsessions.endpoint import Endpoint
-from agentsessions.errors import RunError, RunFinishedError
+from agentsessions.errors import AgentSessionsError, RunError, RunFinishedError
 from agentsessions.holding import Hold
 from agentsessions.loop import EventSink, ReactLoop
 from agentsessions.messages import Message, check_transcript
 from agentsessions.session import RunStore, StoreSession, check_steer
 from agentsessions.spec import Pattern, Result, Spec, StopReason
+
+log = logging.getLogger("agentsessions")
+
+
+class Listener:
+    """The caller's events callback, fenced off: if it raises, the error is logged once, with
+    its traceback, the callback gets no further events, and the run goes on (a UI whose client
+    went away must not fail the run, nor lose its final save)."""
+
+    __slots__ = ("callback",)
+
+    def __init__(self, callback: EventSink) -> None:
+        self.callback: EventSink | None = callback
+
+    def __call__(self, event: ev.Event) -> None:
+        callback = self.callback
+        if callback is None:
+            return
+        try:
+            callback(event)
+        except Exception:
+            self.callback = None
+            what = type(event).__name__
+            log.exception("the events callback raised on %s; it gets no further events from this run", what)
 
 
 class Run:
@@ -31,6 +60,7 @@ class Run:
     def __init__(
         self, spec: Spec, messages: list[Message], endpoint: Endpoint, emit: EventSink | None, hold: Hold | None
     ) -> None:
+        emit = Listener(emit) if emit is not None else None
         self._emit = emit
         self._box: list[str] = []
         self._box_lock = threading.Lock()
@@ -89,10 +119,7 @@ class Run:
                 self._abandon()
             self._result = self._close(failed=error is not None)
             if self._emit:
-                try:
-                    self._emit(ev.RunFinished(self._result, error))
-                except Exception as caught:
-                    error = error or caught
+                self._emit(ev.RunFinished(self._result, error))
             if error is not None:
                 self._error = RunError(f"the run failed in step {self._loop.steps}: {error!r}", self._result)
                 self._error.__cause__ = error
@@ -123,17 +150,53 @@ def default_replica() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+class RunnerClosedError(AgentSessionsError, RuntimeError):
+    """``run()`` or ``start()`` on a runner that was shut down."""
+
+
 class Runner:
     """Runs specs; one runner can serve any number of runs at once.
 
     ``replica`` names this process in the sessions its runs hold (``SessionInfo.holder``);
-    it defaults to ``"<hostname>:<pid>"``.
+    it defaults to ``"<hostname>:<pid>"``. Runs started with :meth:`start` run on daemon
+    threads, so they never keep the process alive: when the interpreter exits (the main
+    thread ended, Ctrl-C), the runs still going are cancelled and given a few seconds to
+    save and release their sessions, the same as :meth:`shutdown` does. A run killed
+    before that is only a crash: its lease lapses and another replica resumes it.
     """
+
+    EXIT_GRACE = 2.0
+    """Seconds the runs of a runner still going at interpreter exit get to save and release."""
 
     def __init__(self, replica: str | None = None) -> None:
         if replica is not None and (not isinstance(replica, str) or not replica):
             raise TypeError(f"replica must be a non-empty str or None, got {replica!r:.80}")
         self.replica = replica if replica is not None else default_replica()
+        self._runs: weakref.WeakSet[Run] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.shutdown()
+
+    def shutdown(self, timeout: float | None = None) -> bool:
+        """Stop accepting runs, cancel the live ones, and wait for their final saves and releases.
+
+        A cancelled run stops before its next model request or tool call (a model request
+        under way is not interrupted), saves, and releases its session as ``CANCELLED``.
+        Returns ``True`` when every run finished within ``timeout`` seconds (``None``: no
+        limit); a run still going after that keeps its lease until it ends or its process
+        does. Later ``run()`` and ``start()`` calls raise :class:`RunnerClosedError`.
+        """
+        with self._lock:
+            self._closed = True
+            runs = list(self._runs)
+        return _cancel_and_wait(runs, timeout)
 
     def __repr__(self) -> str:
         return f"Runner(replica={self.replica!r})"
@@ -151,7 +214,7 @@ class Runner:
     ) -> Run:
         """Start the run on a worker thread and return its handle at once."""
         run = self._prepare(spec, messages, endpoint, events)
-        threading.Thread(target=run._execute, name="agentsessions-run").start()
+        threading.Thread(target=run._execute, name="agentsessions-run", daemon=True).start()
         return run
 
     def _prepare(self, spec: Spec, messages: Sequence[Message], endpoint: Endpoint, events: EventSink | None) -> Run:
@@ -162,7 +225,15 @@ class Runner:
         if events is not None and not callable(events):
             raise TypeError(f"events must be a callable or None, got {type(events).__name__}")
         transcript = check_transcript(messages)
-        return Run(spec, transcript, endpoint, events, self._hold(spec))
+        if self._closed:
+            raise RunnerClosedError(f"{self!r} was shut down; it starts no more runs")
+        run = Run(spec, transcript, endpoint, events, self._hold(spec))  # the claim: no lock held
+        with self._lock:
+            self._runs.add(run)
+            if self._closed:  # shut down while claiming: it stops before its first request
+                run.cancel()
+        _live_runs.add(run)
+        return run
 
     def _hold(self, spec: Spec) -> Hold | None:
         """Claim the spec's session when its store keeps runs; raises ``SessionBusyError`` while it is held."""
@@ -172,4 +243,27 @@ class Runner:
         return None
 
 
-__all__ = ["Pattern", "Result", "Run", "Runner", "Spec", "StopReason"]
+def _cancel_and_wait(runs: list[Run], timeout: float | None) -> bool:
+    """Cancel ``runs`` and wait for them to finish; ``False`` if one is still going after ``timeout``."""
+    for run in runs:
+        run.cancel()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for run in runs:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not run._finished.wait(left):
+            return False
+    return True
+
+
+# Every run not yet finished in this process, whatever became of its runner (a run's thread
+# keeps the run alive; a runner may be gone long before).
+_live_runs: weakref.WeakSet[Run] = weakref.WeakSet()
+
+
+@atexit.register
+def _shut_down_at_exit() -> None:
+    # Run threads are daemons; at exit, runs still going get to save and release their sessions.
+    _cancel_and_wait([run for run in list(_live_runs) if not run.done], Runner.EXIT_GRACE)
+
+
+__all__ = ["Pattern", "Result", "Run", "Runner", "RunnerClosedError", "Spec", "StopReason"]

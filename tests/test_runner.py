@@ -10,6 +10,7 @@ from scripts import call, double, echo_last_result
 import agentsessions as agent
 from agentsessions import events as ev
 from agentsessions.endpoints import EndpointError, ScriptedEndpoint
+from agentsessions.stores.memory import MemoryStore
 
 USER = agent.Message.user("double 21")
 
@@ -156,13 +157,22 @@ def test_events_arrive_in_order() -> None:
     assert isinstance(finished, ev.RunFinished) and finished.result.text == "result: 2"
 
 
-def test_an_events_callback_that_raises_fails_the_run() -> None:
+def test_an_events_callback_that_raises_is_logged_once_and_the_run_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    calls: list[object] = []
+
     def broken(event: object) -> None:
+        calls.append(event)
         raise ValueError("listener bug")
 
-    with pytest.raises(agent.RunError) as failure:
-        agent.Runner().run(agent.Spec(), [USER], ScriptedEndpoint([agent.Message.assistant("x")]), broken)
-    assert isinstance(failure.value.__cause__, ValueError)
+    store = MemoryStore()
+    spec = agent.Spec(tools=[double], session=agent.open("s", store))
+    endpoint = ScriptedEndpoint([call("double", n=1), echo_last_result])
+    result = agent.Runner().run(spec, [USER], endpoint, broken)
+    assert result.text == "result: 2"
+    assert store.messages("s") == result.messages  # the final answer was saved
+    assert len(calls) == 1  # no further events after the one that raised
+    [record] = [r for r in caplog.records if "events callback raised" in r.getMessage()]
+    assert record.exc_info is not None and "listener bug" in str(record.exc_info[1])
 
 
 @pytest.mark.parametrize(
