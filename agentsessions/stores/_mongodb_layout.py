@@ -1,0 +1,307 @@
+"""How :mod:`agentsessions.stores.mongodb` lays sessions out in documents; private to it.
+
+A session document names its transcript as runs of positions (segments), each held by the
+message documents of one random epoch; this module plans those segments, cuts messages
+into documents and joins them back. It also holds the conversions every query needs (ids
+to stored keys and sort keys, datetimes to int64 microseconds), the pause between attempts
+of an optimistic write, and the mapping of run records: what a run's save adds to its
+commit, and the record that ``info`` and ``sessions`` report. It does no I/O.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import random
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import attrs
+from bson.binary import Binary
+
+from agentsessions.codec import decode_text, dump_message, encode_text
+from agentsessions.runs import Claim, Progress, RunState, SessionInfo, Steer, derive_state
+from agentsessions.stores._incremental import SavePlan, new_revision
+
+MAX_SEGMENTS = 16  # past this many, a save rewrites the transcript under one epoch
+CHUNK_BYTES = 15 * 1024 * 1024  # under BSON's 16 MiB with room for the other fields
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_MICROSECOND = datetime.timedelta(microseconds=1)
+
+
+# One query per run of positions, never an $or of runs: not every server answers an $or
+# from the index (SecantusDB scans the collection).
+def in_run(key: object, epoch: int, start: int, end: int | None = None) -> dict[str, Any]:
+    """The messages of ``epoch`` from position ``start`` up to ``end`` (no end: all after ``start``)."""
+    positions = {"$gte": start} if end is None else {"$gte": start, "$lt": end}
+    return {"session_id": key, "epoch": epoch, "position": positions}
+
+
+@attrs.frozen
+class State:
+    """A session document's transcript: which epoch holds which positions, and what is left to delete."""
+
+    revision: int
+    length: int
+    segments: tuple[tuple[int, int], ...]  # (epoch, first position), ascending
+    garbage: tuple[tuple[int, int], ...] = ()  # (epoch, first position to delete)
+
+    def runs(self) -> list[tuple[int, int, int]]:
+        """(epoch, start, end) for each segment, end exclusive."""
+        ends = [start for _, start in self.segments[1:]] + [self.length]
+        return [(epoch, start, end) for (epoch, start), end in zip(self.segments, ends, strict=True)]
+
+    def covers(self, earlier: State) -> bool:
+        """Whether every message ``earlier`` names is still named here, so none was deleted since."""
+        if self.revision == earlier.revision:
+            return True
+        mine = {(epoch, start): end for epoch, start, end in self.runs()}
+        return all(mine.get((epoch, start), -1) >= end for epoch, start, end in earlier.runs() if end > start)
+
+    def document(self, now: int) -> dict[str, Any]:
+        """The fields a save sets, ``now`` being its time in microseconds."""
+        return {
+            "revision": self.revision,
+            "length": self.length,
+            "segments": [{"epoch": e, "start": s} for e, s in self.segments],
+            "garbage": [{"epoch": e, "start": s} for e, s in self.garbage],
+            "updated_at": now,
+        }
+
+
+def parse_state(doc: Mapping[str, Any] | None) -> State | None:
+    """The session document's transcript; ``None`` when no transcript was ever saved."""
+    if doc is None or "revision" not in doc:
+        return None  # no document, or one that add_steer or claim created
+    return State(
+        doc["revision"],
+        doc["length"],
+        tuple((s["epoch"], s["start"]) for s in doc["segments"]),
+        tuple((g["epoch"], g["start"]) for g in doc.get("garbage", ())),
+    )
+
+
+def revision_is(old: State | None) -> dict[str, Any]:
+    """The condition that a session document still holds ``old``, the transcript a save read."""
+    return {"revision": {"$exists": False}} if old is None else {"revision": old.revision}
+
+
+def next_state(old: State | None, revision: int, keep: int, length: int, *, fresh: bool) -> tuple[State, int, int]:
+    """The state after a save, the epoch to write, and the first position to write under it.
+
+    Appends go to the last epoch; anything else starts a fresh epoch at ``keep`` (at 0
+    when there are too many segments). Segments after ``keep`` go to the garbage, whole,
+    and the one that ``keep`` cuts loses its tail (and any stray documents past its end).
+    """
+    if old is not None and keep == old.length and not fresh:
+        return State(revision, length, old.segments), old.segments[-1][0], keep
+    epoch = new_revision()
+    kept = [s for s in old.segments if s[1] < keep] if old is not None else []
+    if len(kept) >= MAX_SEGMENTS:
+        kept, keep = [], 0
+    dropped = [(e, 0) for e, start in old.segments if start >= keep] if old is not None else []
+    cut = [(kept[-1][0], keep)] if kept else []
+    return State(revision, length, (*kept, (epoch, keep)), tuple(dropped + cut)), epoch, keep
+
+
+def documents(plan: SavePlan, key: object, epoch: int, start: int) -> Iterator[dict[str, Any]]:
+    """The message documents of positions ``start:`` under ``epoch``, a message past 15 MiB in chunks."""
+    for position in range(start, len(plan.messages)):
+        body = dump_message(plan.messages[position])
+        doc = {"session_id": key, "epoch": epoch, "position": position}
+        if len(body) * 4 <= CHUNK_BYTES or len(data := body.encode()) <= CHUNK_BYTES:
+            yield {**doc, "body": body}
+            continue
+        pieces = [data[i : i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)]
+        yield {**doc, "chunks": len(pieces), "body": Binary(pieces[0])}
+        for chunk, piece in enumerate(pieces[1:], start=1):
+            yield {**doc, "chunk": chunk, "body": Binary(piece)}
+
+
+def _piece(doc: Mapping[str, Any]) -> tuple[int, int]:
+    return doc["position"], doc.get("chunk", 0)
+
+
+def assemble(length: int, docs: list[dict[str, Any]]) -> list[str | bytes] | None:
+    """Each position's body, joining split ones; ``None`` if any position or piece is missing."""
+    docs.sort(key=_piece)
+    bodies: list[str | bytes] = []
+    index = 0
+    for position in range(length):
+        chunks = docs[index].get("chunks", 1) if index < len(docs) else 1
+        parts = docs[index : index + chunks]
+        if [_piece(doc) for doc in parts] != [(position, chunk) for chunk in range(chunks)]:
+            return None
+        bodies.append(parts[0]["body"] if chunks == 1 else b"".join(bytes(doc["body"]) for doc in parts))
+        index += chunks
+    return bodies
+
+
+# --- Keys, sort keys, times -----------------------------------------------------------
+
+
+def key(text: str) -> str | Binary:
+    """A session id (or a replica name) as stored: the str itself, unless it holds lone surrogates."""
+    if text.isascii():
+        return text
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return Binary(encode_text(text))  # a str can never equal a Binary, so ids stay apart
+    return text
+
+
+def text_of(stored: str | bytes) -> str:
+    """The inverse of :func:`key` (pymongo hands a Binary back as ``bytes``)."""
+    return stored if isinstance(stored, str) else decode_text(stored)
+
+
+def sort_key(session_id: str) -> str:
+    """The id's bytes in hex: ids that compare as bytes, across str and Binary keys.
+
+    Not a Binary: MongoDB orders Binary values by length before content, and ``$lt`` does
+    not compare a str with a Binary. Hex keeps byte order, since every byte is two digits.
+    """
+    return encode_text(session_id).hex()
+
+
+def micros(moment: datetime.datetime) -> int:
+    """An aware datetime as int64 microseconds since the epoch (BSON dates keep only milliseconds)."""
+    return (moment - _EPOCH) // _MICROSECOND
+
+
+def lease_micros(lease: float) -> int:
+    """A lease in seconds as microseconds, rounded as ``timedelta(seconds=lease)`` rounds it."""
+    return datetime.timedelta(seconds=lease) // _MICROSECOND
+
+
+def moment(stored: int | None) -> datetime.datetime | None:
+    """The inverse of :func:`micros`; ``None`` stays ``None``."""
+    return None if stored is None else _EPOCH + datetime.timedelta(microseconds=stored)
+
+
+def attempts(seconds: float) -> Iterator[int]:
+    """Attempt numbers until ``seconds`` have passed, with a growing random pause between them.
+
+    Writes that lose a compare-and-set to another writer, and reads that a save changed
+    under them, start over; the random pause keeps a few writers from colliding forever.
+    """
+    deadline = time.monotonic() + seconds
+    for attempt in itertools.count():
+        yield attempt
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
+
+
+def index_key(index: Mapping[str, Any]) -> tuple[tuple[tuple[str, Any], ...], bool]:
+    """An index's fields and uniqueness, as a server reports them or an ``IndexModel`` states them."""
+    # Servers and tools may report a key's direction as 1 or 1.0.
+    fields = tuple((name, int(d) if isinstance(d, (int, float)) else d) for name, d in index["key"].items())
+    return fields, bool(index.get("unique", False))
+
+
+# --- Run records: what a save_run commits, what info and sessions() report ----------------
+
+RUNNING = RunState.RUNNING.value
+STEER_OVERHEAD = 64  # bytes a steer's seq and field names take in the document, rounded up
+
+
+@attrs.frozen
+class RunStep:
+    """What one attempt of ``save_run`` adds to its commit, decided from the document it read.
+
+    Each condition keeps what it returns true at the commit: the claim still holds; the
+    steers it pulls are there (so ``steer_bytes`` drops by exactly theirs); the cancel
+    flag it reports is unchanged; and to release only if no steer waits, or to report
+    the waiting ones, no steer came or went (``steer_seq`` and each one's seq).
+    """
+
+    lease: float
+    condition: dict[str, Any]
+    operators: dict[str, Any]
+    released: dict[str, Any]
+    progress: Progress
+
+    @classmethod
+    def of(
+        cls, doc: Mapping[str, Any], claim: Claim, taken: frozenset[int], end: RunState | None, unless_steered: bool
+    ) -> RunStep:
+        """The step for a run holding ``claim`` that read ``doc`` (the arguments as save_run got them)."""
+        steers = sorted(doc.get("steers", ()), key=lambda s: int(s["seq"]))
+        pulled = [s for s in steers if s["seq"] in taken]
+        waiting = [s for s in steers if s["seq"] not in taken]
+        release = end is not None and not (unless_steered and waiting)
+        cancel = bool(doc.get("cancel_requested", False))
+        condition: dict[str, Any] = {"token": claim.token, "run_state": RUNNING}
+        present = pulled + (waiting if end is not None and unless_steered else [])
+        if present:
+            condition["$and"] = [{"steers.seq": s["seq"]} for s in present]  # $all of several fails on SecantusDB
+        if end is not None and unless_steered:
+            condition["steer_seq"] = doc.get("steer_seq")
+        if not release:
+            condition["cancel_requested"] = True if cancel else {"$ne": True}
+        operators: dict[str, Any] = {}
+        if pulled:
+            operators["$pull"] = {"steers": {"seq": {"$in": [s["seq"] for s in pulled]}}}
+            operators["$inc"] = {"steer_bytes": -sum(len(s["text"]) + STEER_OVERHEAD for s in pulled)}
+        if end is not None and release:
+            released = {"run_state": end.value, "cancel_requested": False}
+            return cls(claim.lease, condition, operators, released, Progress())
+        pending = tuple(Steer(s["seq"], decode_text(s["text"])) for s in waiting) if end is not None else ()
+        return cls(claim.lease, condition, operators, {}, Progress(cancel, pending))
+
+
+def steers_of(doc: Mapping[str, Any] | None) -> list[Steer]:
+    """The steers a session document holds, oldest first."""
+    steers = doc.get("steers", ()) if doc is not None else ()
+    return sorted((Steer(int(s["seq"]), decode_text(s["text"])) for s in steers), key=lambda s: s.seq)
+
+
+def holds(doc: Mapping[str, Any] | None, claim: Claim) -> bool:
+    """Whether the session document says ``claim`` holds the session."""
+    return doc is not None and doc.get("token") == claim.token and doc.get("run_state") == RUNNING
+
+
+def info_of(session_id: str, doc: Mapping[str, Any], now: datetime.datetime) -> SessionInfo:
+    """The record a session document holds, its state derived at ``now``."""
+    expires, holder = moment(doc.get("lease_expires_at")), doc.get("holder")
+    return SessionInfo(
+        session_id,
+        doc.get("length", 0),
+        moment(doc.get("updated_at")),
+        derive_state(doc.get("run_state"), expires, now),
+        None if holder is None else text_of(holder),
+        expires,
+        len(doc.get("steers", ())),
+        bool(doc.get("cancel_requested", False)),
+    )
+
+
+def after(last: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The keyset condition for the page after the session ``last`` (none for the first page)."""
+    if last is None:
+        return []
+    if last.get("updated_at") is None:
+        return [{"sort": {"$lt": last["sort"]}}]
+    updated = last["updated_at"]
+    return [{"$or": [{"updated_at": {"$lt": updated}}, {"updated_at": updated, "sort": {"$lt": last["sort"]}}]}]
+
+
+def in_states(states: frozenset[RunState] | None, now: int) -> list[dict[str, Any]]:
+    """The condition that a session's derived state, at ``now`` (microseconds), is one of ``states``."""
+    if states is None:
+        return []
+    clauses: list[dict[str, Any]] = []
+    for state in sorted(states):
+        if state is RunState.IDLE:
+            clauses.append({"run_state": None})
+        elif state is RunState.RUNNING:
+            clauses.append({"run_state": RUNNING, "lease_expires_at": {"$gt": now}})
+        elif state is RunState.STALLED:
+            clauses.append({"run_state": RUNNING, "lease_expires_at": {"$not": {"$gt": now}}})
+        else:
+            clauses.append({"run_state": state.value})
+    return [{"$or": clauses}]
