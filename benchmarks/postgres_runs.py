@@ -3,10 +3,12 @@
     python benchmarks/postgres_runs.py
 
 Prints, side by side, the median time of: a bare ``SELECT 1`` on a connection already in
-hand (one round trip), the pool's ``check_connection`` (the round trip that the pool the
-store's docstring asks for adds to every borrow), ``save_run`` of one new message on a
-20-message and on a 500-message transcript, and ``renew`` of 1 and of 1,000 claims, each
-through a pool with and without that check, and each as a ratio to the bare round trip.
+hand (one round trip), the pool's ``check_connection`` and ``postgres.check_connection``
+(the same round trip under a deadline: what the pool the store's docstring asks for adds
+to every borrow), ``save_run`` of one new message on a 20-message and on a 500-message
+transcript, ``fork`` of a whole 20-message and 2,000-message session, and ``renew`` of 1
+and of 1,000 claims, each through a pool with and without that check, and each as a ratio
+to the bare round trip.
 Then the time ``sessions()`` takes to page through 100,000 sessions (a tenth never saved,
 the rest in runs of ten sharing one ``updated_at``), made with one INSERT ... SELECT
 generate_series. Everything happens in a scratch schema, dropped at the end.
@@ -14,6 +16,7 @@ generate_series. Everything happens in a scratch schema, dropped at the end.
 
 from __future__ import annotations
 
+import itertools
 import os
 import secrets
 import statistics
@@ -63,6 +66,13 @@ def save_run_ms(store: postgres.PostgresStore, session_id: str, length: int) -> 
     return median_ms(one_more)
 
 
+def fork_ms(store: postgres.PostgresStore, session_id: str, length: int) -> float:
+    """``fork`` of a whole ``length``-message session, into a new id each time."""
+    store.save(session_id, transcript(length, session_id))
+    forks = itertools.count()
+    return median_ms(lambda: store.fork(session_id, f"{session_id}-{next(forks)}"), repeats=REPEATS // 4)
+
+
 def renew_ms(store: postgres.PostgresStore, prefix: str, count: int) -> float:
     """``renew`` of ``count`` claims held by this process."""
     claims = [store.claim(f"{prefix}-{i}", replica="bench", lease=60) for i in range(count)]
@@ -103,7 +113,7 @@ def main() -> None:
             options = f"-c search_path={schema}"
             pools = {
                 "default": _pool(options),
-                "with check": _pool(options, check=ConnectionPool.check_connection),
+                "with check": _pool(options, check=postgres.check_connection),
                 "sync commit off": _pool(f"{options} -c synchronous_commit=off"),
             }
             try:
@@ -128,6 +138,7 @@ def measure(pools: dict[str, ConnectionPool[Any]]) -> None:
         conn.autocommit = True
         trip = median_ms(lambda: conn.execute("SELECT 1"))
         check = median_ms(lambda: ConnectionPool.check_connection(conn))
+        bounded = median_ms(lambda: postgres.check_connection(conn))
         conn.execute("CREATE TEMPORARY TABLE bench_one (n bigint)")
         conn.execute("INSERT INTO bench_one VALUES (0)")
         # A temporary table writes no WAL: a committed write to a real table measures the flush.
@@ -135,12 +146,15 @@ def measure(pools: dict[str, ConnectionPool[Any]]) -> None:
         write = median_ms(lambda: conn.execute("INSERT INTO bench_write VALUES (1)"))
         conn.autocommit = False
     print(f"one round trip (SELECT 1): {trip:.3f} ms; pool check_connection: {check:.3f} ms")
+    print(f"postgres.check_connection (the same, under a deadline): {bounded:.3f} ms")
     print(f"one committed one-row INSERT (round trip + WAL flush): {write:.3f} ms")
     print(f"{'call':<22}" + "".join(f"{name:>26}" for name in pools))
     rows: list[tuple[str, Callable[[postgres.PostgresStore, str], float]]] = [
         ("info (read)", lambda store, tag: median_ms(lambda: store.info(f"{tag}-x"))),
         ("save_run 20 -> +1", lambda store, tag: save_run_ms(store, f"{tag}-s20", 20)),
         ("save_run 500 -> +1", lambda store, tag: save_run_ms(store, f"{tag}-s500", 500)),
+        ("fork 20", lambda store, tag: fork_ms(store, f"{tag}-f20", 20)),
+        ("fork 2000", lambda store, tag: fork_ms(store, f"{tag}-f2000", 2000)),
         ("renew 1 claim", lambda store, tag: renew_ms(store, f"{tag}-r1", 1)),
         ("renew 1000 claims", lambda store, tag: renew_ms(store, f"{tag}-r1000", 1000)),
     ]

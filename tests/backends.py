@@ -39,9 +39,7 @@ def open_postgres(dsn: str, schema: str) -> Iterator[agent.RunStore]:
     from agentsessions.stores import postgres
 
     options = {"options": f"-c search_path={schema}"}
-    with ConnectionPool(
-        dsn, kwargs=options, min_size=1, max_size=4, open=True, check=ConnectionPool.check_connection
-    ) as pool:
+    with ConnectionPool(dsn, kwargs=options, min_size=1, max_size=4, open=True, check=postgres.check_connection) as pool:
         yield postgres.PostgresStore(pool)
 
 

@@ -1,7 +1,8 @@
 """The PostgreSQL store: the conformance suite, a missing schema, incremental saves,
 parallel sessions, a connection killed mid-save, steers taken from several processes,
-renewal in one statement, tokens across delete, and calls bounded in time (a lock held
-elsewhere, a server that stops answering).
+renewal in one statement, tokens across delete, forks copied by the server in one
+statement, and calls bounded in time (a lock held elsewhere, a server that stops
+answering, the pool's check of a connection that stopped answering).
 
 Each run works in a schema of its own (``agentsessions_test_<random>``), dropped at the end.
 """
@@ -41,7 +42,9 @@ def _admin() -> Any:
     return psycopg.connect(POSTGRES_DSN, autocommit=True, connect_timeout=5)
 
 
-def make_pool(schema: str, max_size: int = 10, **settings: Any) -> Pool:
+def make_pool(
+    schema: str, max_size: int = 10, check: Callable[[Any], None] = postgres.check_connection, **settings: Any
+) -> Pool:
     """A pool whose connections work in ``schema``, set up as the store's docstring asks."""
     kwargs = {
         "options": f"-c search_path={schema}",
@@ -57,7 +60,7 @@ def make_pool(schema: str, max_size: int = 10, **settings: Any) -> Pool:
         kwargs=kwargs,
         min_size=1,
         max_size=max_size,
-        check=ConnectionPool.check_connection,
+        check=check,
         open=True,
     )
 
@@ -337,7 +340,7 @@ def test_renewing_a_thousand_claims_is_one_statement_in_one_round_trip(schema: s
         messages = _traced(pool, lambda: renewal.append(store.renew([*claims, lost])))
         assert renewal == [Renewal(frozenset({lost}), frozenset({claims[7]}))]
         statements = [m[3] for m in messages if m[0] == "F" and m[2] in {"Parse", "Query"}]
-        assert statements[0] == ' ""'  # the pool's check_connection: an empty query
+        assert statements[0] == ' ""'  # the pool's check (postgres.check_connection): an empty query
         touching = [s for s in statements if "agentsessions_" in s]
         assert len(touching) == 1 and re.match(r' "" "\s*UPDATE agentsessions_sessions .* unnest', touching[0], re.S)
         assert [m[2] for m in messages if m[0] == "F"].count("Execute") == 4  # BEGIN, limits, UPDATE, COMMIT
@@ -356,3 +359,189 @@ def test_tokens_keep_growing_across_delete_and_store_objects(store: postgres.Pos
         store.save_run(first, [agent.Message.user("late")])
     assert other.delete("tokens") and not other.delete("tokens")
     assert store.claim("tokens", replica="a", lease=30).token > second.token
+
+
+# --- Fork ------------------------------------------------------------------------------------
+
+
+def _stored(admin: Any, schema: str, session_id: str) -> tuple[Any, ...]:
+    """The record's run fields and how many message rows the session has, read past the store."""
+    key = encode_text(session_id)
+    record = admin.execute(
+        f"SELECT run_state, token, holder, lease_expires_at, cancel_requested FROM {schema}.agentsessions_sessions "
+        "WHERE id = %s",
+        (key,),
+    ).fetchone()
+    rows = admin.execute(f"SELECT count(*) FROM {schema}.agentsessions_messages WHERE session_id = %s", (key,))
+    return record, rows.fetchone()[0]
+
+
+def test_a_fork_copies_the_first_messages_into_a_new_idle_session(
+    store: postgres.PostgresStore, admin: Any, schema: str
+) -> None:
+    messages = numbered_transcript(10)
+    store.save("fork-source", messages)
+    store.claim("fork-source", replica="r", lease=30)
+    store.add_steer("fork-source", "for the source's run only")
+    assert store.cancel("fork-source")
+    source = store.info("fork-source")
+    for new_id, at in [("fork-4", 4), ("fork-all", None), ("fork-0", 0), ("fork-10", 10)]:
+        store.fork("fork-source", new_id, at=at)
+    replica = postgres.PostgresStore(store.pool)  # reads what the database holds, nothing remembered
+    for new_id, count in [("fork-4", 4), ("fork-all", 10), ("fork-0", 0), ("fork-10", 10)]:
+        assert replica.messages(new_id) == messages[:count]
+        info = replica.info(new_id)
+        assert (info.length, info.state, info.holder, info.pending_steers) == (count, agent.RunState.IDLE, None, 0)
+        assert info.updated_at is not None and source.updated_at is not None and info.updated_at > source.updated_at
+        assert _stored(admin, schema, new_id) == ((None, 0, None, None, False), count)
+    assert store.info("fork-source") == source  # the source is untouched, its run and steer too
+    assert store.messages("fork-source") == messages
+    # A fork is a session like any other: it saves, and runs.
+    store.save("fork-4", [*messages[:4], agent.Message.user("on the fork")])
+    assert replica.messages("fork-4") == [*messages[:4], agent.Message.user("on the fork")]
+    assert replica.claim("fork-4", replica="r", lease=30).token > 0
+    # An id with no record forks into an empty session, which is listed like any other.
+    store.fork("fork-nobody", "fork-empty")
+    assert store.info("fork-empty").length == 0 and store.info("fork-empty").updated_at is not None
+    assert "fork-empty" in {info.id for info in store.sessions(state=agent.RunState.IDLE)}
+
+
+def test_a_fork_into_an_existing_id_raises_conflict_and_copies_nothing(store: postgres.PostgresStore) -> None:
+    store.save("fork-from", numbered_transcript(5))
+    store.save("fork-saved", [agent.Message.user("mine")])
+    store.add_steer("fork-steered", "only a steer: a record with no transcript")
+    store.claim("fork-held", replica="r", lease=30)
+    for taken in ["fork-saved", "fork-steered", "fork-held", "fork-from"]:
+        before = (store.messages(taken), store.info(taken), store.peek_steers(taken))
+        with pytest.raises(agent.ConflictError, match=f"cannot fork into session '{taken}': it exists") as caught:
+            store.fork("fork-from", taken)
+        assert type(caught.value) is agent.ConflictError
+        assert (store.messages(taken), store.info(taken), store.peek_steers(taken)) == before
+
+
+@pytest.mark.parametrize(
+    ("at", "error", "message"),
+    [
+        (-1, ValueError, "between 0 and the session's length 5, got -1"),
+        (6, ValueError, "between 0 and the session's length 5, got 6"),
+        (2**80, ValueError, "between 0 and the session's length 5"),  # past any integer column
+        (True, TypeError, "must be an int or None, got bool"),
+        ("3", TypeError, "must be an int or None, got str"),
+        (3.0, TypeError, "must be an int or None, got float"),
+    ],
+)
+def test_a_fork_at_outside_the_transcript_raises_and_writes_nothing(
+    store: postgres.PostgresStore, admin: Any, schema: str, at: Any, error: type[Exception], message: str
+) -> None:
+    store.save("fork-bounds", numbered_transcript(5))
+    with pytest.raises(error, match=re.escape(message)):
+        store.fork("fork-bounds", "fork-out-of-bounds", at=at)
+    assert _stored(admin, schema, "fork-out-of-bounds") == (None, 0)
+    with pytest.raises(ValueError, match=re.escape("the session's length 0, got 1")):
+        store.fork("fork-unknown-source", "fork-out-of-bounds", at=1)
+    assert _stored(admin, schema, "fork-out-of-bounds") == (None, 0)
+
+
+def test_a_fork_racing_the_creation_of_its_new_id_waits_for_it_then_raises_conflict(
+    store: postgres.PostgresStore, admin: Any, schema: str
+) -> None:
+    store.save("fork-racer", numbered_transcript(3))
+    caught: list[BaseException] = []
+
+    def fork() -> None:
+        try:
+            store.fork("fork-racer", "fork-raced")
+        except BaseException as error:
+            caught.append(error)
+
+    with psycopg.connect(POSTGRES_DSN, options=f"-c search_path={schema}") as creator:
+        insert = "INSERT INTO agentsessions_sessions (id, revision, length) VALUES (%s, 0, 0)"
+        creator.execute(insert, (encode_text("fork-raced"),))  # not committed yet
+        thread = threading.Thread(target=fork)
+        thread.start()
+        blocked = "SELECT 1 FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))"
+        wait_for("the fork to wait", lambda: admin.execute(blocked, (creator.info.backend_pid,)).fetchone())
+        creator.commit()
+    thread.join(30)
+    assert len(caught) == 1 and type(caught[0]) is agent.ConflictError, caught
+    assert _stored(admin, schema, "fork-raced") == ((None, 0, None, None, False), 0)
+
+
+def test_a_fork_is_one_statement_in_one_round_trip_and_no_message_leaves_the_server(schema: str) -> None:
+    with make_pool(schema, max_size=1, prepare_threshold=None) as pool:
+        store = postgres.PostgresStore(pool)
+        store.save("fork-traced", numbered_transcript(100))
+        messages = _traced(pool, lambda: store.fork("fork-traced", "fork-traced-60", at=60))
+        statements = [m[3] for m in messages if m[0] == "F" and m[2] in {"Parse", "Query"}]
+        touching = [s for s in statements if "agentsessions_" in s]
+        assert len(touching) == 1 and re.match(r' "" "\s*WITH source AS', touching[0])
+        assert _round_trips(messages) == 2  # the pool's check, then the whole transaction
+        rows = [m for m in messages if m[0] == "B" and m[2] == "DataRow"]
+        assert len(rows) == 2  # the limits and the one row of lengths: no message came to Python
+        assert store.messages("fork-traced-60") == numbered_transcript(60)
+
+
+# --- The pool's check ------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _stopped(pid: int) -> Iterator[None]:
+    """The backend stopped: its TCP connection stays up, and it answers nothing for the block (10 s at most).
+
+    The limit makes a call that never gives up fail the test on its time instead of hanging it.
+    """
+    os.kill(pid, signal.SIGSTOP)
+    resume = threading.Timer(10, os.kill, (pid, signal.SIGCONT))
+    resume.start()
+    try:
+        yield
+    finally:
+        resume.cancel()
+        os.kill(pid, signal.SIGCONT)
+
+
+def test_check_connection_gives_up_on_a_server_that_stopped_answering() -> None:
+    with psycopg.connect(POSTGRES_DSN, connect_timeout=5) as conn:
+        postgres.check_connection(conn)  # a live one passes, left as it was
+        assert not conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        with _stopped(conn.info.backend_pid):
+            started = time.monotonic()
+            late = "no answer from PostgreSQL to the pool's check within 0.5 s"
+            with pytest.raises(psycopg.OperationalError, match=re.escape(late)):
+                postgres.check_connection(conn, timeout=0.5)
+            elapsed = time.monotonic() - started
+        assert 0.5 <= elapsed < 0.5 + 0.5, elapsed
+        assert conn.closed  # so a pool drops it
+    with pytest.raises(ValueError, match="timeout is a number of seconds above 0"):
+        postgres.check_connection(conn, timeout=0)
+
+
+def test_a_pooled_connection_that_stopped_answering_is_dropped_by_the_check_and_the_call_goes_on(schema: str) -> None:
+    check = functools.partial(postgres.check_connection, timeout=0.5)
+    with make_pool(schema, max_size=1, check=check) as pool:
+        store = postgres.PostgresStore(pool, timeout=5.0)
+        store.save("checked", numbered_transcript(2))
+        pid = _backend_pid(pool)
+        with _stopped(pid):
+            started = time.monotonic()
+            assert store.messages("checked") == numbered_transcript(2)
+            elapsed = time.monotonic() - started
+        assert 0.5 <= elapsed < 0.5 + 1.0, elapsed  # the check's timeout, then a new connection
+        assert _backend_pid(pool) != pid
+
+
+def test_a_check_that_gets_no_answer_ends_within_the_store_timeout(schema: str) -> None:
+    with make_pool(schema, max_size=1) as pool:  # the check's own timeout (5 s) is longer than the store's
+        store = postgres.PostgresStore(pool, timeout=1.0)
+        store.save("unchecked", numbered_transcript(2))
+        pid = _backend_pid(pool)
+        with _stopped(pid):
+            started = time.monotonic()
+            with pytest.raises(agent.StoreError, match="could not read the record for session 'unchecked'") as caught:
+                store.info("unchecked")
+            elapsed = time.monotonic() - started
+        assert "no answer from PostgreSQL within the store's timeout of 1 s" in str(caught.value)
+        assert isinstance(caught.value.__cause__, psycopg.OperationalError)
+        assert 1.0 <= elapsed < 1.0 + 0.5, elapsed
+        assert store.info("unchecked").length == 2  # the pool made a new connection
+        assert _backend_pid(pool) != pid

@@ -17,17 +17,22 @@ Time: every call raises :class:`~agentsessions.errors.StoreError` within the sto
 of what is left (``lock_timeout``, ``statement_timeout``, set per transaction), and the
 connection stays usable. For a server that stops answering (a hung host, a proxy that
 stops forwarding), psycopg has no read timeout: a watchdog thread shuts the connection's
-socket down when the timeout is up, and the pool discards it. Make the pool so::
+socket down when the timeout is up, and the pool discards it. The pool checks a connection
+before it lends one, before the store holds it: :func:`check_connection` is that check
+bounded the same way, by its own ``timeout`` and by the deadline of the call waiting for
+the connection, so a dead one is dropped and another lent. Make the pool so::
 
     pool = ConnectionPool(
         conninfo,
         # After a server restart or a network blip the idle connections are dead; without
         # a check the pool lends them out, and each fails the call it is lent to.
-        check=ConnectionPool.check_connection,
+        # ConnectionPool.check_connection has no time limit: a server that takes the
+        # packets but never answers would hold the call past the store's timeout.
+        check=postgres.check_connection,
         kwargs={
             "connect_timeout": 5,  # bounds the pool's reconnects
-            # The check runs before the store holds the connection, out of the watchdog's
-            # reach; these bound it when the network or the host is gone.
+            # The kernel's limits for a host or network that is gone, in what no watchdog
+            # watches: the pool's own reconnects, closes and background checks.
             "tcp_user_timeout": 10_000,
             "keepalives_idle": 30, "keepalives_interval": 5, "keepalives_count": 3,
         },
@@ -38,9 +43,6 @@ socket down when the timeout is up, and the pool discards it. Make the pool so::
 from __future__ import annotations
 
 import datetime
-import os
-import socket
-import threading
 import time
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
@@ -57,7 +59,7 @@ except ImportError as error:  # pragma: no cover - depends on what is installed
     ) from error
 
 from agentsessions.codec import decode_text, encode_text, load_message
-from agentsessions.errors import SchemaMissingError, StoreError
+from agentsessions.errors import ConflictError, SchemaMissingError, StoreError
 from agentsessions.messages import Message
 from agentsessions.runs import (
     ENDINGS,
@@ -74,10 +76,11 @@ from agentsessions.runs import (
     state_filter,
     superseded,
 )
-from agentsessions.session import check_session_id, check_steer
+from agentsessions.session import check_fork_at, check_session_id, check_steer
 from agentsessions.stores._incremental import KnownSessions, SavePlan, new_revision, plan_save
+from agentsessions.stores._postgres_watchdog import Watch, Watchdog, borrowing, checked
 
-__all__ = ["PAGE_SIZE", "SCHEMA", "PostgresStore"]
+__all__ = ["CHECK_TIMEOUT", "PAGE_SIZE", "SCHEMA", "PostgresStore", "check_connection"]
 
 # Ids, holders and steers are bytea of their UTF-8 (surrogates passed through): text
 # cannot hold NUL, and bytes compare exactly, so no collation can make `a` equal `A` or
@@ -117,6 +120,9 @@ CREATE SEQUENCE IF NOT EXISTS agentsessions_tokens;
 
 PAGE_SIZE = 500
 """How many sessions :meth:`PostgresStore.sessions` fetches per query."""
+
+CHECK_TIMEOUT = 5.0
+"""Seconds :func:`check_connection` waits for an answer when no store call's deadline comes first."""
 
 # Explicit BEGIN and COMMIT on an autocommit connection let a whole transaction travel in
 # one pipeline; psycopg's own transactions wait for BEGIN and COMMIT a round trip each.
@@ -190,6 +196,28 @@ SET run_state = 'running', token = excluded.token, holder = excluded.holder, lea
 WHERE s.run_state IS DISTINCT FROM 'running' OR s.lease_expires_at IS NULL OR s.lease_expires_at <= clock_timestamp()
 RETURNING s.token
 """
+# One statement, so one snapshot: the length read and the rows copied agree whatever saves
+# commit meanwhile. The rows are copied by the server, never through Python, and only if
+# the new record went in: not when `at` is past the end, nor when the id is taken (ON
+# CONFLICT waits for a transaction creating it, then does nothing: nothing to roll back).
+# least() skips a NULL `at` and, unlike coalesce(), is not folded into a constant that an
+# `at` past any integer would overflow while planning.
+_FORK = """
+WITH source AS (SELECT coalesce((SELECT length FROM agentsessions_sessions WHERE id = %(id)s), 0) AS length),
+fork AS (
+    INSERT INTO agentsessions_sessions (id, revision, length, updated_at)
+    SELECT %(new)s, %(revision)s, least(%(at)s::numeric, source.length), statement_timestamp() FROM source
+    WHERE %(at)s::numeric IS NULL OR %(at)s::numeric BETWEEN 0 AND source.length
+    ON CONFLICT (id) DO NOTHING
+    RETURNING length
+),
+copied AS (
+    INSERT INTO agentsessions_messages (session_id, position, body)
+    SELECT %(new)s, m.position, m.body FROM fork, agentsessions_messages AS m
+    WHERE m.session_id = %(id)s AND m.position < fork.length
+)
+SELECT source.length, EXISTS (SELECT 1 FROM fork) FROM source
+"""
 _HOLDER = "SELECT holder, lease_expires_at FROM agentsessions_sessions WHERE id = %s"
 _RENEW = """
 UPDATE agentsessions_sessions AS s SET lease_expires_at = clock_timestamp() + s.lease * interval '1 second'
@@ -241,7 +269,7 @@ class PostgresStore:
         self.pool = pool
         self.timeout = float(timeout)
         self._known = KnownSessions()
-        self._watchdog = _Watchdog()
+        self._watchdog = Watchdog()
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.pool.name!r})"
@@ -323,6 +351,19 @@ class PostgresStore:
         with self._transaction("cancel the run", session_id) as conn:
             cur = _cursor(conn).execute(_CANCEL, (key,))
         return cur.rowcount > 0
+
+    def fork(self, session_id: str, new_id: str, *, at: int | None = None) -> None:
+        """Copy the first ``at`` messages into a new, idle session with no steers: one statement, one round trip."""
+        key, new_key = encode_text(check_session_id(session_id)), encode_text(check_session_id(new_id))
+        with suppress(ValueError):
+            check_fork_at(at, 0)  # a TypeError before any I/O; the range once the length is read
+        values = {"id": key, "new": new_key, "revision": new_revision(), "at": at}
+        with self._transaction("fork", session_id) as conn:
+            cur = _cursor(conn).execute(_FORK, values)
+        length, forked = _one(cur)
+        if not forked:
+            check_fork_at(at, length)  # the ValueError for an `at` past the end, nothing written
+            raise ConflictError(f"cannot fork into session {new_id!r:.80}: it exists")
 
     # --- Holding a run ---------------------------------------------------------------------
 
@@ -431,13 +472,13 @@ class PostgresStore:
             conn.execute("COMMIT")
 
     @contextmanager
-    def _connection(self, action: str, session_id: str | None) -> Iterator[tuple[_Connection, _Watch]]:
+    def _connection(self, action: str, session_id: str | None) -> Iterator[tuple[_Connection, Watch]]:
         what = f"PostgreSQL store could not {action}"
         if session_id is not None:
             what += f" for session {session_id!r:.80}"
-        with self._watchdog.watch(self.timeout) as watch:
+        with self._watchdog.watch(time.monotonic() + self.timeout) as watch:
             try:
-                with self.pool.connection(timeout=self.timeout) as conn:
+                with borrowing(watch), self.pool.connection(timeout=self.timeout) as conn:
                     watch.attach(conn)
                     try:
                         with _autocommit(conn):
@@ -458,86 +499,18 @@ class PostgresStore:
                 raise StoreError(f"{what}: {_first_line(error)}") from error
 
 
-class _Watch:
-    """One call's deadline, and the connection to cut if the call is still running then."""
+def check_connection(conn: psycopg.Connection[Any], *, timeout: float = CHECK_TIMEOUT) -> None:
+    """A pool's ``check``: ``ConnectionPool.check_connection``, bounded in time.
 
-    __slots__ = ("_conn", "_lock", "cut", "deadline", "expired")
-
-    def __init__(self, deadline: float, lock: threading.Lock) -> None:
-        self.deadline = deadline
-        self.expired = False  # the deadline passed before the call was done
-        self.cut = False  # ... and its connection was cut
-        self._lock = lock
-        self._conn: _Connection | None = None
-
-    def attach(self, conn: _Connection) -> None:
-        with self._lock:
-            if self.expired:
-                raise psycopg.OperationalError("no connection was free in the pool within the store's timeout")
-            self._conn = conn
-
-    def detach(self) -> None:
-        with self._lock:
-            conn, self._conn = self._conn, None
-        # A connection cut just as its call finished must not go back to the pool looking alive.
-        if self.expired and conn is not None and not conn.closed:
-            conn.close()
-
-    def expire(self) -> None:
-        """Called with the lock held: mark the call late and cut its socket, which wakes the waiting thread."""
-        self.expired = True
-        if self._conn is not None:
-            self.cut = True
-            _shut_down(self._conn)
-
-
-class _Watchdog:
-    """A thread, running while calls are in flight, that cuts the connection of a call past its deadline.
-
-    Shutting the socket down ends psycopg's wait at once with an error, and leaves the
-    connection broken, so the pool drops it.
+    It sends the same empty query. If no answer comes within ``timeout`` seconds, or by
+    the deadline of the store call waiting for the connection if that comes first, it
+    shuts the connection's socket down and raises ``psycopg.OperationalError``; the pool
+    then drops the connection and lends another. Pass ``check=postgres.check_connection``
+    (or a ``functools.partial`` of it with another ``timeout``) to ``ConnectionPool``.
     """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        # In deadline order: one store's calls share a timeout, and deadlines are taken under the lock.
-        self._watches: dict[_Watch, None] = {}
-        self._running = False
-
-    @contextmanager
-    def watch(self, timeout: float) -> Iterator[_Watch]:
-        with self._lock:
-            watch = _Watch(time.monotonic() + timeout, self._lock)
-            self._watches[watch] = None
-            if not self._running:
-                self._running = True
-                threading.Thread(target=self._run, name="agentsessions-postgres-watchdog", daemon=True).start()
-        try:
-            yield watch
-        finally:
-            with self._lock:
-                self._watches.pop(watch, None)
-
-    def _run(self) -> None:
-        while True:
-            with self._lock:
-                first = next(iter(self._watches), None)
-                if first is None:
-                    self._running = False
-                    return
-                wait = first.deadline - time.monotonic()
-                if wait <= 0:
-                    del self._watches[first]
-                    first.expire()
-                    continue
-            time.sleep(wait)
-
-
-def _shut_down(conn: _Connection) -> None:
-    # shutdown() acts on the socket, not on this duplicate descriptor, and unlike close()
-    # it cannot let the number be reused by another connection under the waiting thread.
-    with suppress(OSError, psycopg.Error), socket.socket(fileno=os.dup(conn.fileno())) as sock:
-        sock.shutdown(socket.SHUT_RDWR)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < 10**6:
+        raise ValueError(f"timeout is a number of seconds above 0, got {timeout!r:.80}")
+    checked(conn, timeout)
 
 
 @contextmanager
