@@ -39,7 +39,8 @@ def open_postgres(dsn: str, schema: str) -> Iterator[agent.RunStore]:
     from agentsessions.stores import postgres
 
     options = {"options": f"-c search_path={schema}"}
-    with ConnectionPool(dsn, kwargs=options, min_size=1, max_size=4, open=True, check=postgres.check_connection) as pool:
+    check = postgres.check_connection
+    with ConnectionPool(dsn, kwargs=options, min_size=1, max_size=4, open=True, check=check) as pool:
         yield postgres.PostgresStore(pool)
 
 
@@ -50,7 +51,15 @@ def open_mysql(host: str, port: int, user: str, password: str, database: str) ->
     from agentsessions.stores import mysql
 
     connect = functools.partial(
-        pymysql.connect, host=host, port=port, user=user, password=password, database=database, read_timeout=30
+        pymysql.connect,
+        host=host,
+        port=port,
+        user=user,
+        password=password,
+        database=database,
+        connect_timeout=5,
+        read_timeout=30,
+        write_timeout=30,
     )
     yield mysql.MySQLStore(connect)
 

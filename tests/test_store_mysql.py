@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import timeit
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -37,7 +38,7 @@ from dbutils.pooled_db import PooledDB
 
 import agentsessions as agent
 from agentsessions.codec import encode_text
-from agentsessions.runs import Claim, Renewal, RunState
+from agentsessions.runs import Claim, Renewal
 from agentsessions.stores import mysql, storetest
 
 
@@ -293,12 +294,6 @@ def test_importing_without_pymysql_names_the_extra() -> None:
 # --- Runs: batched renewal, tokens, saves and renewals at once ------------------------------
 
 
-def _statement_counts(conn: Any) -> dict[str, int]:
-    """The server's counts of this connection's statements, by kind."""
-    rows = _query(conn, "SHOW SESSION STATUS WHERE Variable_name IN ('Com_update', 'Com_select', 'Com_insert')")
-    return {name: int(value) for name, value in rows}
-
-
 def test_renewing_a_thousand_claims_is_one_update_and_one_select(store: mysql.MySQLStore, database: str) -> None:
     claims = [store.claim(f"renew-{i:04}", replica="renewer", lease=60) for i in range(1000)]
     # One pooled connection, so the counts read from it are the store's statements.
@@ -312,8 +307,8 @@ def test_renewing_a_thousand_claims_is_one_update_and_one_select(store: mysql.My
         # Lost: one deleted, one taken over after its lease ran out; cancelling: one asked to
         # stop. A lease that ran out with nobody taking over is still held.
         lapsed, taken_over = (store.claim(f"renew-short-{i}", replica="renewer", lease=0.05) for i in range(2))
-        for short in (lapsed, taken_over):
-            wait_for("a short lease to run out", functools.partial(_stalled, store, short.session_id))
+        shorts = (lapsed, taken_over)
+        wait_for("short leases to run out", lambda: {store.info(c.session_id).state for c in shorts} == {"stalled"})
         store.claim(taken_over.session_id, replica="other", lease=60)
         store.delete(claims[1].session_id)
         assert store.cancel(claims[2].session_id)
@@ -322,10 +317,6 @@ def test_renewing_a_thousand_claims_is_one_update_and_one_select(store: mysql.My
         assert renewal.cancelling == {claims[2]}
     finally:
         single.close()
-
-
-def _stalled(store: mysql.MySQLStore, session_id: str) -> bool:
-    return store.info(session_id).state is RunState.STALLED
 
 
 def _server(database: str, **options: Any) -> dict[str, Any]:
@@ -344,11 +335,10 @@ def _statements(pool: PooledDB, call: Callable[[], T]) -> T:
 
 
 def _counts_through(pool: PooledDB) -> dict[str, int]:
-    conn = pool.connection()
-    try:
-        return _statement_counts(conn)
-    finally:
-        conn.close()
+    """The server's counts of the statements of ``pool``'s connection, by kind."""
+    with contextlib.closing(pool.connection()) as conn:
+        rows = _query(conn, "SHOW SESSION STATUS WHERE Variable_name IN ('Com_update', 'Com_select', 'Com_insert')")
+    return {name: int(value) for name, value in rows}
 
 
 def test_tokens_keep_growing_across_delete_and_store_objects(store: mysql.MySQLStore, database: str) -> None:
@@ -358,11 +348,8 @@ def test_tokens_keep_growing_across_delete_and_store_objects(store: mysql.MySQLS
     second = mysql.MySQLStore(store.connect).claim("tokens", replica="b", lease=60)
     assert second.token > first.token
     # The counter is one row of its own, which delete never touches.
-    watcher = connect(database, autocommit=True)
-    try:
+    with contextlib.closing(connect(database, autocommit=True)) as watcher:
         ((value,),) = _query(watcher, "SELECT value FROM agentsessions_tokens WHERE id = 1")
-    finally:
-        watcher.close()
     assert value >= second.token
 
 
@@ -410,19 +397,9 @@ def test_renewals_and_saves_of_the_same_sessions_never_deadlock(store: mysql.MyS
 
 
 def test_costs_against_a_bare_round_trip_and_a_bare_write(store: mysql.MySQLStore, pool: PooledDB) -> None:
-    def bare(sql: str) -> Callable[[], None]:
-        def call() -> None:
-            conn = pool.connection()
-            try:
-                _query(conn, sql)
-                conn.commit()
-            finally:
-                conn.close()
-
-        return call
-
-    bare("CREATE TABLE IF NOT EXISTS costs_probe (id INT PRIMARY KEY, n BIGINT NOT NULL)")()
-    bare("INSERT IGNORE INTO costs_probe VALUES (1, 0)")()
+    select, update = "SELECT 1", "UPDATE costs_probe SET n = n + 1 WHERE id = 1"
+    _pooled_query(pool, "CREATE TABLE IF NOT EXISTS costs_probe (id INT PRIMARY KEY, n BIGINT NOT NULL)")
+    _pooled_query(pool, "INSERT IGNORE INTO costs_probe VALUES (1, 0)")
     claim = store.claim("costs", replica="r", lease=60)
     transcript: list[agent.Message] = []
 
@@ -432,8 +409,8 @@ def test_costs_against_a_bare_round_trip_and_a_bare_write(store: mysql.MySQLStor
 
     many = [store.claim(f"costs-{i:04}", replica="r", lease=60) for i in range(1000)]
     figures = {
-        "SELECT 1": _median_seconds(bare("SELECT 1"), 200),
-        "one-row UPDATE and COMMIT": _median_seconds(bare("UPDATE costs_probe SET n = n + 1 WHERE id = 1"), 200),
+        "SELECT 1": _median_seconds(functools.partial(_pooled_query, pool, select), 200),
+        "one-row UPDATE and COMMIT": _median_seconds(functools.partial(_pooled_query, pool, update), 200),
         "save_run of one new message": _median_seconds(save_one, 200),
         "renew of 1 claim": _median_seconds(lambda: store.renew([claim]), 200),
         "renew of 1000 claims": _median_seconds(lambda: store.renew(many), 20),
@@ -448,13 +425,14 @@ def test_costs_against_a_bare_round_trip_and_a_bare_write(store: mysql.MySQLStor
     assert figures["renew of 1000 claims"] < 25 * figures["renew of 1 claim"]
 
 
+def _pooled_query(pool: PooledDB, sql: str) -> None:
+    with contextlib.closing(pool.connection()) as conn:
+        _query(conn, sql)
+        conn.commit()
+
+
 def _median_seconds(call: Callable[[], object], times: int) -> float:
-    spent = []
-    for _ in range(times):
-        started = time.perf_counter()
-        call()
-        spent.append(time.perf_counter() - started)
-    return statistics.median(spent)
+    return statistics.median(timeit.repeat(call, number=1, repeat=times))
 
 
 # --- Errors that say what to do: a stalled server, an unreachable one, a message too large ---
@@ -464,11 +442,10 @@ _TIMEOUTS = {"read_timeout": TIMEOUT, "write_timeout": TIMEOUT, "connect_timeout
 
 
 class StallingProxy:
-    """A TCP proxy on 127.0.0.1 to the server that, once stalled, stops answering.
+    """A TCP proxy on 127.0.0.1 to the server, which can stop answering like a stalled peer.
 
-    ``stall()`` black-holes every connection open at that moment, for good, and every new
-    one while it lasts: what a client sees when a peer stops answering. ``resume()`` lets new
-    connections through again; ``close()`` shuts everything, so the port refuses connections.
+    ``stall()`` black-holes every connection open then, for good, and every new one until
+    ``resume()``. ``close()`` shuts everything, so the port refuses connections.
     """
 
     def __init__(self, target: tuple[str, int]) -> None:
@@ -498,11 +475,9 @@ class StallingProxy:
                 client, _ = self.listener.accept()
             except OSError:
                 return  # closed
-            self.sockets.append(client)
-            epoch = self.epoch
-            upstream = None if self.stalled else socket.create_connection(self.target)
+            epoch, upstream = self.epoch, None if self.stalled else socket.create_connection(self.target)
+            self.sockets += [client] if upstream is None else [client, upstream]
             if upstream is not None:
-                self.sockets.append(upstream)
                 threading.Thread(target=self._pump, args=(upstream, client, epoch), daemon=True).start()
             threading.Thread(target=self._pump, args=(client, upstream, epoch), daemon=True).start()
 
@@ -538,10 +513,8 @@ def test_a_server_that_stops_answering_gives_a_store_error_in_bounded_time(
     stall_after_connect = threading.Event()
 
     def connect() -> Any:
-        if through == "pool":
-            conn = pool.connection()
-        else:
-            conn = pymysql.connect(**_server(database, **_TIMEOUTS, host="127.0.0.1", port=proxy.port))
+        direct = functools.partial(pymysql.connect, **_server(database, **_TIMEOUTS, host="127.0.0.1", port=proxy.port))
+        conn = pool.connection() if through == "pool" else direct()
         if stall_after_connect.is_set():  # the peer goes quiet in the middle of the call
             stall_after_connect.clear()
             proxy.stall()
@@ -553,18 +526,15 @@ def test_a_server_that_stops_answering_gives_a_store_error_in_bounded_time(
     # What the message says: the first two time out in the store's statements. In the last,
     # connect() itself times out, or the pool's check of the connection does, and the pool
     # then hands over the connection it closed.
-    before = "did not answer within the connection's timeout" if through == "partial" else "unreachable"
-    calls: dict[str, tuple[Callable[[], object], str]] = {
-        "save_run, stalled mid-call": (
-            lambda: store.save_run(claim, numbered_transcript(3)),
-            "did not answer within the connection's timeout",
-        ),
-        "info, stalled mid-call": (lambda: store.info(session_id), "did not answer within the connection's timeout"),
-        "renew, stalled before the call": (lambda: store.renew([claim]), before),
-    }
+    timed_out = "did not answer within the connection's timeout"
+    calls: list[tuple[str, Callable[[], object], str]] = [
+        ("save_run, stalled mid-call", lambda: store.save_run(claim, numbered_transcript(3)), timed_out),
+        ("info, stalled mid-call", lambda: store.info(session_id), timed_out),
+        ("renew, stalled before", lambda: store.renew([claim]), timed_out if through == "partial" else "unreachable"),
+    ]
     spent = {}
     try:
-        for what, (call, says) in calls.items():
+        for what, call, says in calls:
             if "mid-call" in what:
                 stall_after_connect.set()
             else:

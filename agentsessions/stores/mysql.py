@@ -411,7 +411,7 @@ class MySQLStore:
         keys = sorted({key for key, _ in pairs})
         where = {"ids": ", ".join(["%s"] * len(keys)), "pairs": ", ".join(["(%s, %s)"] * len(pairs))}
         args = [*keys, *(value for pair in pairs for value in pair)]
-        with self._transaction(f"renew the leases of {len(claims)} claims", None) as cur:
+        with self._transaction(f"renew the leases of {len(claims)} claim(s)", None) as cur:
             renewed = cur.execute(_RENEW.format(**where), args)
             # Rows whose lease did not change (renewed twice in one microsecond) count as not
             # renewed: the full read then tells them apart.
@@ -529,7 +529,7 @@ def _utc(value: datetime.datetime | None) -> datetime.datetime | None:
 _CONNECT_ERRORS = (2003, 2005)  # CR_CONN_HOST_ERROR, CR_UNKNOWN_HOST
 _DROPPED = (2006, 2013)  # CR_SERVER_GONE_ERROR, CR_SERVER_LOST
 _PACKET_TOO_LARGE = 1153
-_LOCK_WAIT_TIMEOUT, _DEADLOCK = 1205, 1213
+_LOCK_WAIT_TIMEOUT, _DEADLOCK, _BINLOG_STATEMENT = 1205, 1213, 1665
 _LARGE = 1 << 20  # a statement this big may well be what the server refused
 
 
@@ -562,6 +562,8 @@ def _explain(error: BaseException, *, connecting: bool = False, payload: int = 0
         return f"another transaction held the session's rows past innodb_lock_wait_timeout ({said}); retry later"
     if code == _DEADLOCK:
         return f"the server chose this transaction as a deadlock's victim and rolled it back ({said}); retry"
+    if code == _BINLOG_STATEMENT:
+        return f"READ COMMITTED writes cannot be logged as statements ({said}): set binlog_format to ROW or MIXED"
     return said
 
 
