@@ -18,7 +18,7 @@ import json
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import agentsessions as agent
@@ -100,8 +100,8 @@ def _postgres() -> Iterator[Any]:
             admin.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
-def median_of(rounds: int, measure: Callable[[], float]) -> float:
-    return statistics.median(measure() for _ in range(rounds))
+def median_step(store: Any, journal: bool, steps: int, kind: str, rounds: int) -> float:
+    return statistics.median(per_step(store, journal, steps, kind) for _ in range(rounds))
 
 
 def main() -> None:
@@ -116,8 +116,8 @@ def main() -> None:
             print("(PostgreSQL not reachable: SQLite only)")
         for kind, store in found:
             fork, save = fork_vs_save(store, length, rounds)
-            plain = median_of(rounds, lambda: per_step(store, False, steps, kind))
-            journal = median_of(rounds, lambda: per_step(store, True, steps, kind))
+            plain = median_step(store, False, steps, kind, rounds)
+            journal = median_step(store, True, steps, kind, rounds)
             print(f"{kind:10} {fork * 1e3:10.2f}ms {save * 1e3:8.2f}ms {fork / save:6.1f}x   "
                   f"{journal * 1e3:12.3f}ms {plain * 1e3:10.3f}ms {journal / plain:6.2f}x")
 

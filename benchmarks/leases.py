@@ -57,7 +57,7 @@ def measure(store: Any, runs: int, lease: float, seconds: float) -> tuple[float,
     tag = f"lease-bench-{time.monotonic_ns()}"
     handles = [
         agent.Runner().start(
-            agent.Spec(session=agent.open(f"{tag}-{i}", counting), lease=lease),  # type: ignore[arg-type]
+            agent.Spec(session=agent.open(f"{tag}-{i}", counting), lease=lease),
             [agent.Message.user("wait")],
             ScriptedEndpoint([slow]),
         )
@@ -83,11 +83,13 @@ def bare_round_trip(kind: str, store: Any) -> Callable[[], None]:
         db = store._connection()
         db.execute("CREATE TABLE IF NOT EXISTS bench_bare (k INTEGER PRIMARY KEY, v INTEGER)")
         db.execute("INSERT OR IGNORE INTO bench_bare VALUES (1, 0)")
-        return lambda: (
-            db.execute("BEGIN IMMEDIATE"),
-            db.execute("UPDATE bench_bare SET v = v + 1 WHERE k = 1"),
-            db.execute("COMMIT"),
-        ) and None
+
+        def commit_one_row() -> None:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("UPDATE bench_bare SET v = v + 1 WHERE k = 1")
+            db.execute("COMMIT")
+
+        return commit_one_row
     if kind == "postgres":
         pool = store.pool
 
@@ -132,9 +134,12 @@ def main() -> None:
     parser.add_argument("--dsn", default="host=127.0.0.1 port=5432 user=postgres dbname=test")
     args = parser.parse_args()
     naive = args.runs / (args.lease / 3)
-    print(f"{args.runs} concurrent runs, lease {args.lease} s, renewed every {args.lease / 3:.2f} s; {args.seconds} s window")
-    print(f"{'store':10} {'renew writes/s':>15} {'one per run':>12} {'ratio':>8} {'claims/call':>12} "
-          f"{'call':>9} {'bare rt':>9} {'call/rt':>8}")
+    every = args.lease / 3
+    print(f"{args.runs} concurrent runs, lease {args.lease} s, renewed every {every:.2f} s; {args.seconds} s window")
+    print(
+        f"{'store':10} {'renew writes/s':>15} {'one per run':>12} {'ratio':>8} {'claims/call':>12} "
+        f"{'call':>9} {'bare rt':>9} {'call/rt':>8}"
+    )
     with stores(args.dsn) as found:
         for kind, store in found:
             rate, per_call, call_time = measure(store, args.runs, args.lease, args.seconds)
@@ -146,8 +151,10 @@ def main() -> None:
                 times.append(time.perf_counter() - started)
             rt = statistics.median(times)
             ratio = f"{call_time / rt:7.1f}x" if kind != "memory" else "     n/a"
-            print(f"{kind:10} {rate:15.2f} {naive:12.1f} {rate / naive:7.4f}x {per_call:12.0f} "
-                  f"{call_time * 1e3:7.2f}ms {rt * 1e3:7.3f}ms {ratio}")
+            print(
+                f"{kind:10} {rate:15.2f} {naive:12.1f} {rate / naive:7.4f}x {per_call:12.0f} "
+                f"{call_time * 1e3:7.2f}ms {rt * 1e3:7.3f}ms {ratio}"
+            )
 
 
 if __name__ == "__main__":

@@ -240,7 +240,7 @@ def mongodb_database() -> Iterator[Backend]:
             database[collection].create_indexes(models)
 
         def size() -> int:
-            names = (mongodb.SESSIONS, mongodb.MESSAGES, mongodb.STEERS)
+            names = (mongodb.SESSIONS, mongodb.MESSAGES, mongodb.COUNTERS)
             stats = [database.command("collStats", name) for name in names]
             return sum(int(s.get("size", 0)) + int(s.get("totalIndexSize", 0)) for s in stats)
 
