@@ -170,8 +170,11 @@ def peer_process(opener: Opener, side_effects: str, commands: Connection) -> Non
 
 
 def resume(store: agent.RunStore, session_id: str, side_effects: str) -> tuple[str, str]:
-    """Resume a conversation from what the store holds, as a replica that never ran it does."""
-    messages = store.messages(session_id)
+    """Resume a conversation from what the store holds, as a replica that never ran it does.
+
+    A run killed before its first save left nothing: the conversation starts over.
+    """
+    messages = store.messages(session_id) or [agent.Message.user(FIRST)]
     if messages and messages[-1].role is agent.Role.ASSISTANT:
         messages.append(agent.Message.user("continue"))
     try:
@@ -314,7 +317,13 @@ def one_trial(
         assert runner.exitcode == -signal.SIGKILL, runner.exitcode
         tally.killed += 1
         tally.kill_points[last] += 1
-        wait_until(lambda: store.info(session_id).state is agent.RunState.STALLED, "the session to stall")
+        # The kill lands a few milliseconds after the last event the test read, so the run may
+        # have released its session (FINISHED) just before it; otherwise the lease must lapse.
+        settled = (agent.RunState.STALLED, agent.RunState.FINISHED)
+        try:
+            wait_until(lambda: store.info(session_id).state in settled, "the session to stall")
+        except AssertionError as error:
+            raise AssertionError(f"{error}: {store.info(session_id)} (killed after {seen} events, {last})") from None
     account(store, session_id, steers, tally)
     verb, detail = peer.resume(session_id)
     assert verb == "resumed", detail
@@ -565,7 +574,8 @@ def journal_conversation(
             assert ended == ("finished", "end_turn"), ended
             break
         tally.kills += 1
-        wait_until(lambda: store.info(session_id).state is agent.RunState.STALLED, "the killed run's lease to lapse")
+        settled = (agent.RunState.STALLED, agent.RunState.FINISHED)  # it may have released just before
+        wait_until(lambda: store.info(session_id).state in settled, "the killed run's lease to lapse")
     else:
         raise AssertionError("no resume finished in 50 attempts")
     tally.resumes_completed += 1
