@@ -3,4 +3,43 @@
 ``memory`` and ``sqlite`` need nothing beyond the standard library; ``postgres``,
 ``mysql`` and ``mongodb`` need their driver (``pip install agentsessions[postgres]``...).
 ``storetest`` is the conformance suite every store passes.
+
+Writing a store of your own
+---------------------------
+
+Implement, as plain methods of one class (no base class to inherit):
+
+- :class:`agentsessions.Store`, the seed's four methods (``save``, ``messages``,
+  ``add_steer``, ``take_steers``). That is enough for runs to use it, without claims,
+  leases or fencing.
+- :class:`agentsessions.RunStore` on top, so the store holds runs: ``info``, ``sessions``,
+  ``delete``, ``cancel``, ``claim``, ``peek_steers``, ``save_run``, ``renew``, and
+  ``add_steer`` returning the :class:`~agentsessions.RunState`. The runner then claims
+  sessions, keeps leases and saves under fencing tokens.
+- :class:`agentsessions.ForkStore`, one method (``fork``), for ``session.fork``.
+
+``memory.py`` is the smallest complete example of all three, with no database in the way;
+read it first. Reuse what the library's stores share: :mod:`agentsessions.runs` for the
+record (``derive_state`` turns a stored state and a lease into a ``RunState``; ``busy``
+and ``superseded`` build the two conflict errors; ``state_filter``,
+``check_updated_before`` and ``check_lease`` check arguments), ``check_session_id``,
+``check_steer`` and ``check_fork_at`` from :mod:`agentsessions.session`, the codec's
+``dump_message``/``load_message`` (one row per message) and
+``encode_text``/``decode_text`` (ids and steers as bytes, any ``str`` verbatim), and
+``agentsessions.stores._incremental`` for saves that write only what is new.
+
+Then prove it with one call, in your own tests::
+
+    from agentsessions.stores import storetest
+
+    def test_my_store_keeps_the_contract():
+        report = storetest.run(lambda: MyStore(...))
+        assert not report.skipped  # every capability was checked
+
+``storetest`` detects which protocols the store implements and checks exactly those:
+the seed's properties always (verbatim strings, isolated ids, atomic saves, steers
+exactly once, a model-based state machine), the run properties for a ``RunStore``
+(state transitions against a model, leases and takeover, fencing tokens across delete,
+listing pages, delete, no orphaned steers at release, steers across a crash, cancel),
+and the fork property for a ``ForkStore``. What it skipped is in ``Report.skipped``.
 """
