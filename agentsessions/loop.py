@@ -11,10 +11,12 @@ them. Any other session: its four seed methods, as before, without those guarant
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 
 from agentsessions import events as ev
 from agentsessions.endpoint import Endpoint, ModelRequest, Usage
+from agentsessions.errors import RunFinishedError
 from agentsessions.holding import Hold
 from agentsessions.messages import Content, ContentType, Message, Role
 from agentsessions.runs import RunState
@@ -30,6 +32,39 @@ IN_DOUBT = (
 )
 
 
+class SteerBox:
+    """The in-memory steers of one run: ``Run.steer`` puts, the loop takes. Thread-safe, no I/O.
+
+    The loop closes the box when it is about to finish: a steer given after that raises
+    :class:`RunFinishedError`, so the caller steers the session instead, and the check the
+    run makes in the store as it releases the session sees it. The box reopens when the run
+    goes on after all.
+    """
+
+    __slots__ = ("closed", "lock", "texts")
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.lock = threading.Lock()
+        self.closed = False
+
+    def put(self, text: str) -> None:
+        with self.lock:
+            if self.closed:
+                raise RunFinishedError("the run has finished; the steer was not delivered (steer the session)")
+            self.texts.append(text)
+
+    def take(self, *, close: bool = False) -> list[str]:
+        with self.lock:
+            taken, self.texts = self.texts, []
+            self.closed = self.closed or close
+        return taken
+
+    def reopen(self) -> None:
+        with self.lock:
+            self.closed = False
+
+
 class ReactLoop:
     """The state of one run of the ReAct pattern; :meth:`run` drives it to a stop reason."""
 
@@ -39,7 +74,7 @@ class ReactLoop:
         messages: Sequence[Message],
         endpoint: Endpoint,
         emit: EventSink | None,
-        take_box: Callable[[], list[str]],
+        box: SteerBox,
         cancelled: Callable[[], bool],
         hold: Hold | None = None,
     ) -> None:
@@ -47,7 +82,7 @@ class ReactLoop:
         self.transcript = list(messages)
         self.endpoint = endpoint
         self.emit = emit
-        self.take_box = take_box
+        self.box = box
         self.run_cancelled = cancelled
         self.hold = hold
         self.tools = {tool.name: tool for tool in spec.tools}
@@ -55,8 +90,9 @@ class ReactLoop:
         self.usage = Usage()
         self.stop_reason: str = ""
         # Steers from the run's box that are in the transcript but in no save yet: if the
-        # run fails before one, they are reported unapplied.
+        # run fails before one, they are reported unapplied; and those it had no step left for.
         self.unsaved_box: list[str] = []
+        self.unapplied: list[str] = []
 
     def run(self) -> None:
         """Step until the model answers, ``max_steps`` is spent, or the run is cancelled; then save."""
@@ -73,7 +109,8 @@ class ReactLoop:
             late = self.finish()
             if not late:
                 return
-            self.apply_steers([("session", text) for text in late])
+            self.box.reopen()
+            self.apply_steers(late)
             self.stop_reason = ""
 
     def step(self) -> None:
@@ -189,9 +226,8 @@ class ReactLoop:
 
     def collect_steers(self) -> None:
         """Put waiting steers (the run's box, then the session's) where the run has got to."""
-        box = self.take_box()
-        if box and (self.hold is not None or self.spec.session is not None):
-            self.unsaved_box += box  # without a session, the request itself carries them
+        box = self.box.take()
+        self.note_box(box)
         texts = [("run", text) for text in box]
         if self.hold is not None:
             texts += [("session", text) for text in self.hold.take_steers()]
@@ -220,23 +256,34 @@ class ReactLoop:
             self.spec.session.save(self.transcript)
         self.saved()
 
-    def finish(self) -> list[str]:
-        """The last save; with a run store, also the release, or the steers that arrived meanwhile.
+    def finish(self) -> list[tuple[str, str]]:
+        """The last save and, with a run store, the release; or the steers that arrived meanwhile.
 
-        Steers that arrived after the last collection keep the run going, unless it is
-        cancelled or has no step left for them: then they wait in the store for the next run.
+        Steers that arrived after the last collection (in the box, or in the store) keep the
+        run going, unless it is cancelled or has no step left for them: then the box's are
+        reported unapplied and the store's wait there for the next run. The box closes first,
+        so a later ``Run.steer`` raises and its caller steers the session, which the release
+        checks in the same step.
         """
+        room = self.stop_reason != StopReason.CANCELLED and self.steps < self.spec.max_steps
+        box = self.box.take(close=True)
+        if box and room:
+            self.note_box(box)
+            return [("run", text) for text in box]
+        self.unapplied += box
         if self.hold is None:
             if self.spec.session is not None:
                 self.save()
             return []
-        if self.stop_reason == StopReason.CANCELLED:
-            end, room = RunState.CANCELLED, False
-        else:
-            end, room = RunState.FINISHED, self.steps < self.spec.max_steps
+        end = RunState.CANCELLED if self.stop_reason == StopReason.CANCELLED else RunState.FINISHED
         late = self.hold.release(self.transcript, end, unless_steered=room)
         self.saved()
-        return late
+        return [("session", text) for text in late]
+
+    def note_box(self, box: list[str]) -> None:
+        """Box steers going into the transcript: with a session, unapplied until a save carries them."""
+        if box and (self.hold is not None or self.spec.session is not None):
+            self.unsaved_box += box  # without a session, the request itself carries them
 
     def saved(self) -> None:
         """Note a save: the box's steers are carried by it."""

@@ -22,9 +22,9 @@ from types import TracebackType
 
 from agentsessions import events as ev
 from agentsessions.endpoint import Endpoint
-from agentsessions.errors import AgentSessionsError, RunError, RunFinishedError
+from agentsessions.errors import AgentSessionsError, RunError
 from agentsessions.holding import Hold
-from agentsessions.loop import EventSink, ReactLoop
+from agentsessions.loop import EventSink, ReactLoop, SteerBox
 from agentsessions.messages import Message, check_transcript
 from agentsessions.session import RunStore, StoreSession, check_steer
 from agentsessions.spec import Pattern, Result, Spec, StopReason
@@ -62,25 +62,21 @@ class Run:
     ) -> None:
         emit = Listener(emit) if emit is not None else None
         self._emit = emit
-        self._box: list[str] = []
-        self._box_lock = threading.Lock()
-        self._closed = False
+        self._box = SteerBox()
         self._cancelled = False
         self._finished = threading.Event()
         self._result: Result | None = None
         self._error: RunError | None = None
-        self._loop = ReactLoop(spec, messages, endpoint, emit, self._take_box, lambda: self._cancelled, hold)
+        self._loop = ReactLoop(spec, messages, endpoint, emit, self._box, lambda: self._cancelled, hold)
 
     def steer(self, text: str) -> None:
         """Put ``text`` before the model at the run's next request.
 
-        Raises :class:`RunFinishedError` once the run has finished: the steer would be lost.
+        Raises :class:`RunFinishedError` once the run is finishing (its last answer is in) or
+        has finished: the steer would be lost. Steer the session then: a run that is
+        finishing checks the store as it releases the session, and goes on for such steers.
         """
-        check_steer(text)
-        with self._box_lock:
-            if self._closed:
-                raise RunFinishedError("the run has finished; the steer was not delivered (steer the session)")
-            self._box.append(text)
+        self._box.put(check_steer(text))
 
     def cancel(self) -> None:
         """Stop the run before its next model request or tool call; it ends with ``stop_reason`` ``"cancelled"``."""
@@ -103,11 +99,6 @@ class Run:
             raise self._error
         assert self._result is not None
         return self._result
-
-    def _take_box(self) -> list[str]:
-        with self._box_lock:
-            taken, self._box = self._box, []
-        return taken
 
     def _execute(self) -> None:
         error: Exception | None = None
@@ -136,12 +127,10 @@ class Run:
 
     def _close(self, failed: bool) -> Result:
         """Refuse further steers and build the result; steers in no save (or request) were never applied."""
-        with self._box_lock:
-            self._closed = True
-            unapplied, self._box = self._box, []
+        leftover = self._box.take(close=True)
         loop = self._loop
         stop_reason = StopReason.ERROR if failed else loop.stop_reason
-        unapplied = loop.unsaved_box + unapplied if failed else unapplied
+        unapplied = (loop.unsaved_box if failed else []) + loop.unapplied + leftover
         return Result(loop.transcript, loop.final_text(), loop.steps, stop_reason, unapplied, loop.usage)
 
 

@@ -112,7 +112,26 @@ def test_a_steer_without_a_trailing_user_message_starts_one() -> None:
     assert endpoint.requests[0].messages == (agent.Message.assistant("earlier"), agent.Message.user("hello"))
 
 
-def test_a_steer_after_the_last_request_is_reported_unapplied() -> None:
+def test_a_steer_during_the_last_request_gets_another_request() -> None:
+    run_box: list[agent.Run] = []
+
+    def answer(request: agent.ModelRequest) -> agent.Message:
+        run_box[0].steer("one more thing")
+        return agent.Message.assistant("answer")
+
+    endpoint = ScriptedEndpoint([answer, agent.Message.assistant("and the other thing")])
+    go = threading.Event()
+    run = agent.Runner().start(agent.Spec(), [USER], endpoint, events=lambda e: go.wait(5))
+    run_box.append(run)
+    go.set()
+    result = run.wait(5)
+    assert (result.text, result.unapplied_steers) == ("and the other thing", [])
+    assert endpoint.requests[1].messages[-1] == agent.Message.user("one more thing")
+    with pytest.raises(agent.RunFinishedError):
+        run.steer("after the end")
+
+
+def test_a_steer_during_the_last_allowed_request_is_reported_unapplied() -> None:
     run_box: list[agent.Run] = []
 
     def answer(request: agent.ModelRequest) -> agent.Message:
@@ -120,12 +139,11 @@ def test_a_steer_after_the_last_request_is_reported_unapplied() -> None:
         return agent.Message.assistant("answer")
 
     go = threading.Event()
-    run = agent.Runner().start(agent.Spec(), [USER], ScriptedEndpoint([answer]), events=lambda e: go.wait(5))
+    spec = agent.Spec(max_steps=1)
+    run = agent.Runner().start(spec, [USER], ScriptedEndpoint([answer]), events=lambda e: go.wait(5))
     run_box.append(run)
     go.set()
     assert run.wait(5).unapplied_steers == ["too late"]
-    with pytest.raises(agent.RunFinishedError):
-        run.steer("after the end")
 
 
 def test_wait_times_out() -> None:

@@ -300,3 +300,34 @@ def test_a_runner_names_its_replica() -> None:
         agent.Runner(replica="")
     with pytest.raises(ValueError, match="lease"):
         agent.Spec(lease=0)
+
+
+class SteeredWhileReleasing(MemoryStore):
+    """At the release, a web view steers: first the run it holds, then (refused) the session."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.run: agent.Run | None = None
+        self.refused = False
+
+    def save_run(self, claim: Claim, messages: Sequence[agent.Message], **options: Any) -> Progress:
+        if options.get("end") is not None and self.run is not None and not self.refused:
+            try:
+                self.run.steer("said while it was finishing")
+            except agent.RunFinishedError:
+                self.refused = True
+                agent.open(claim.session_id, self).steer("said while it was finishing")
+        return super().save_run(claim, messages, **options)
+
+
+def test_a_run_steer_refused_while_finishing_goes_through_the_session_and_is_answered() -> None:
+    store = SteeredWhileReleasing()
+    go = threading.Event()
+    endpoint = ScriptedEndpoint([agent.Message.assistant("first"), agent.Message.assistant("second")])
+    run = agent.Runner().start(agent.Spec(session=agent.open("s", store)), [USER], endpoint, lambda _: go.wait(5))
+    store.run = run
+    go.set()
+    result = run.wait(5)
+    assert store.refused and result.text == "second"
+    assert endpoint.requests[1].messages[-1] == agent.Message.user("said while it was finishing")
+    assert (store.info("s").state, store.info("s").pending_steers) == (agent.RunState.FINISHED, 0)
