@@ -28,7 +28,7 @@ from agentsessions.errors import (
     StoreError,
 )
 from agentsessions.messages import Content, ContentType, Message, Role
-from agentsessions.runner import Run, Runner
+from agentsessions.runner import Run, Runner, RunnerClosedError
 from agentsessions.runs import RunState, SessionInfo
 from agentsessions.session import ForkStore, RunStore, Session, Store, StoreSession, open
 from agentsessions.spec import Pattern, Result, Spec, StopReason
@@ -63,6 +63,7 @@ __all__ = [
     "RunState",
     "RunStore",
     "Runner",
+    "RunnerClosedError",
     "SchemaMissingError",
     "Session",
     "SessionBusyError",

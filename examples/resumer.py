@@ -1,0 +1,175 @@
+"""The cron job: resume every run whose process died, through the library alone.
+
+    python examples/resumer.py --store sqlite:///sessions.db [--max-parallel 4] [--model anthropic:MODEL]
+    python examples/resumer.py --store postgresql://postgres@127.0.0.1/test [--schema public]
+
+It lists the ``STALLED`` sessions (``store.sessions(state=RunState.STALLED)``: a run held
+each and its lease ran out, so its process died or hangs) and resumes each from its stored
+transcript, at most ``--max-parallel`` at once, printing one line per session:
+
+- ``resumed ID``: the transcript ended in tool results or a user message (a turn under
+  way), or in tool calls the journal saved; the run goes on from there, appending nothing.
+- ``skipped ID``: the transcript ends with the assistant's answer and no steer waits, or
+  is empty: nothing was lost that a run could redo (the run died after claiming and before
+  its first save, so the message that started it lived only in the dead process; the user
+  sends it again). It stays ``STALLED`` until the conversation's next run. Also skipped: a
+  session no longer ``STALLED`` when its turn comes (another resumer or a replica took it),
+  or whose claim raises ``SessionBusyError`` (taken an instant before ours).
+- ``failed ID``: the resumed run failed; the exit code is then 1, else 0.
+
+The resumed run must be the agent the service runs: same tools, same system prompt. Here
+that is :func:`service_agent` (an offline demo: an order-status tool and a scripted model);
+put your service's own in its place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
+from typing import Any
+
+import agentsessions as agent
+
+Agent = Callable[[agent.StoreSession], tuple[agent.Spec, agent.Endpoint]]
+"""What the service runs for a session: its spec (with the session in it) and its model."""
+
+
+@agent.tool
+def order_status(order_id: str) -> str:
+    """The status of an order.
+
+    Args:
+        order_id: the order's number.
+    """
+    return f"order {order_id}: shipped on 3 March, parcel 7731"
+
+
+def demo_model(request: agent.ModelRequest) -> agent.Message:
+    """The offline model: asks for the order's status, then answers from what the tool returned."""
+    last = request.messages[-1]
+    results = [c.text for c in last.content if c.type is agent.ContentType.TOOL_RESULT]
+    if results:
+        return agent.Message.assistant("Here is what I found: " + "; ".join(results))
+    order = re.search(r"\d+", last.text)
+    arguments = json.dumps({"order_id": order[0] if order else "unknown"})
+    return agent.Message(agent.Role.ASSISTANT, [agent.Content.tool_use("call-status", "order_status", arguments)])
+
+
+class DemoEndpoint:
+    """:func:`demo_model` as an endpoint: its reply depends on the request only, so any replica may ask it."""
+
+    def complete(self, request: agent.ModelRequest) -> agent.ModelResponse:
+        """Answer ``request``."""
+        message = demo_model(request)
+        return agent.ModelResponse(message, stop_reason="tool_use" if message.tool_uses else "end_turn")
+
+
+def service_agent(session: agent.StoreSession, model: str = "") -> tuple[agent.Spec, agent.Endpoint]:
+    """The service's agent for ``session``: its tools, prompt and lease, and the model (``provider:MODEL`` or demo)."""
+    spec = agent.Spec(session=session, tools=[order_status], system="You answer questions about orders.", lease=30.0)
+    if not model:
+        return spec, DemoEndpoint()
+    from agentsessions.endpoints import by_name
+
+    return spec, by_name(model)
+
+
+def to_resume(messages: list[agent.Message], pending_steers: int) -> bool:
+    """Whether a stalled transcript has a turn to finish: anything but an answer (or nothing) with no steer waiting."""
+    if pending_steers:
+        return True  # the steers are a user's words no run answered yet
+    if not messages:
+        return False
+    last = messages[-1]
+    return last.role is agent.Role.USER or bool(last.tool_uses)
+
+
+def resume(runner: agent.Runner, store: agent.RunStore, stalled: agent.SessionInfo, make: Agent) -> tuple[str, bool]:
+    """Resume one session listed as stalled; one line saying what happened, and whether it went well."""
+    sid = stalled.id
+    info = store.info(sid)  # again, right before the claim: the listing may be minutes old
+    if info.state is not agent.RunState.STALLED:
+        return f"skipped {sid}: {info.state.value} now, held by {info.holder}", True
+    messages = store.messages(sid)
+    if not to_resume(messages, info.pending_steers):
+        return f"skipped {sid}: its last turn was answered, nothing to resume ({len(messages)} messages)", True
+    spec, endpoint = make(agent.open(sid, store))
+    try:
+        result = runner.run(spec, messages, endpoint)  # appends nothing: the run goes on where it stopped
+    except agent.SessionBusyError as error:
+        return f"skipped {sid}: taken by another run an instant ago ({error})", True
+    except agent.RunError as error:
+        return f"failed {sid}: {error}", False
+    done = f"{result.stop_reason} after {result.steps} steps, {len(result.messages)} messages"
+    return f"resumed {sid}: {done} (last held by {stalled.holder})", True
+
+
+def resume_all(store: agent.RunStore, make: Agent, *, max_parallel: int, replica: str | None = None) -> bool:
+    """Resume every stalled session, ``max_parallel`` at once, printing a line for each; ``False`` if one failed."""
+    stalled = list(store.sessions(state=agent.RunState.STALLED))
+    runner = agent.Runner(replica=replica)
+    ok = True
+    with ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="resume") as pool:
+        futures = [pool.submit(resume, runner, store, info, make) for info in stalled]
+        for future in as_completed(futures):
+            try:
+                line, went_well = future.result()
+            except agent.StoreError as error:  # the store failed outside a run: report it, go on with the rest
+                line, went_well = f"failed: {error}", False
+            print(line, flush=True)
+            ok = ok and went_well
+    print(f"{len(stalled)} stalled sessions found", flush=True)
+    return ok
+
+
+@contextmanager
+def open_store(url: str, schema: str, connections: int) -> Iterator[agent.RunStore]:
+    """``sqlite:///PATH``, or a PostgreSQL conninfo (``postgresql://...`` or ``host=... dbname=...``)."""
+    if url.startswith("sqlite:///"):
+        from agentsessions.stores import sqlite
+
+        store = sqlite.open(url.removeprefix("sqlite:///"))
+        try:
+            yield store
+        finally:
+            store.close()
+        return
+    from psycopg_pool import ConnectionPool
+
+    from agentsessions.stores import postgres
+
+    options: dict[str, Any] = {"connect_timeout": 5, "options": f"-c search_path={schema}"}
+    pool: ConnectionPool[Any] = ConnectionPool(
+        url, kwargs=options, check=postgres.check_connection, min_size=1, max_size=connections, open=True
+    )
+    with pool:
+        yield postgres.PostgresStore(pool)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--store", required=True, help="sqlite:///PATH or a PostgreSQL conninfo")
+    parser.add_argument("--schema", default="public", help="PostgreSQL: the schema holding the tables")
+    parser.add_argument("--max-parallel", type=int, default=4, help="how many sessions to resume at once")
+    parser.add_argument("--model", default="", help="anthropic:MODEL or openai:MODEL; the offline demo without")
+    parser.add_argument("--replica", default=None, help="this job's name in SessionInfo.holder")
+    args = parser.parse_args()
+    if args.max_parallel < 1:
+        parser.error("--max-parallel must be at least 1")
+
+    def make(session: agent.StoreSession) -> tuple[agent.Spec, agent.Endpoint]:
+        return service_agent(session, args.model)
+
+    # A connection for each run, one for the heartbeat, one for the listing.
+    with open_store(args.store, args.schema, args.max_parallel + 2) as store:
+        ok = resume_all(store, make, max_parallel=args.max_parallel, replica=args.replica)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
