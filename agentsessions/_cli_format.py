@@ -1,0 +1,196 @@
+"""How the ``agentsessions`` command prints sessions: tables and transcripts for people, JSON for scripts.
+
+Text from the store (ids, holders, steers, messages) is shown with control characters and
+lone surrogates escaped (``\\x1b``, ``\\ud83d``), so a transcript cannot move the cursor or
+recolour the terminal, and printing never fails on text UTF-8 cannot carry. Tool arguments
+are shown as the model wrote them, with only that escaping. The JSON forms escape nothing
+beyond what JSON itself does: they are for programs.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+from collections.abc import Iterable, Sequence
+from typing import IO, Any
+
+from agentsessions.messages import Content, ContentType, Message
+from agentsessions.runs import RunState, SessionInfo, Steer
+
+# C0 and C1 controls (newline and tab are kept in multi-line text) and lone surrogates.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+_UNSAFE_IN_LINE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_INDENT = "    "
+
+
+_NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in _NAMED:
+        return _NAMED[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def clean(text: str) -> str:
+    """``text`` safe for a terminal; newlines and tabs kept."""
+    return _UNSAFE.sub(_escape, text)
+
+
+def clean_line(text: str) -> str:
+    """``text`` safe for a terminal and on one line: newlines and tabs escaped too."""
+    return _UNSAFE_IN_LINE.sub(_escape, text)
+
+
+def utc(moment: datetime.datetime | None) -> str:
+    """A moment to the second, in UTC, for people: ``2025-06-01 12:00:03``; ``-`` for ``None``."""
+    return "-" if moment is None else moment.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def span(seconds: float) -> str:
+    """A duration for people, in its largest whole unit: ``45s``, ``12m``, ``3h``, ``2d``."""
+    seconds = abs(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+def lease(info: SessionInfo, now: datetime.datetime) -> str:
+    """The lease for people: ``27s left`` while live, ``lapsed 3m ago`` after, ``-`` when there is none."""
+    if info.lease_expires_at is None or info.state not in (RunState.RUNNING, RunState.STALLED):
+        return "-"
+    left = (info.lease_expires_at - now).total_seconds()
+    return f"{span(left)} left" if left > 0 else f"lapsed {span(left)} ago"
+
+
+def info_json(info: SessionInfo) -> dict[str, Any]:
+    """A session's record as a JSON object; times in ISO 8601 with their UTC offset, to the microsecond."""
+    return {
+        "id": info.id,
+        "state": info.state.value,
+        "length": info.length,
+        "updated_at": _iso(info.updated_at),
+        "holder": info.holder,
+        "lease_expires_at": _iso(info.lease_expires_at),
+        "pending_steers": info.pending_steers,
+        "cancel_requested": info.cancel_requested,
+    }
+
+
+def _iso(moment: datetime.datetime | None) -> str | None:
+    return None if moment is None else moment.astimezone(datetime.UTC).isoformat()
+
+
+def dump_json(obj: object) -> str:
+    """One line of JSON; non-ASCII kept as is unless some text holds a lone surrogate (then all is escaped)."""
+    text = json.dumps(obj, ensure_ascii=False)
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        # Only \uXXXX escapes can carry a lone surrogate; JSON readers take them back exactly.
+        return json.dumps(obj)
+    return text
+
+
+_COLUMNS = ("ID", "STATE", "MESSAGES", "STEERS", "UPDATED (UTC)", "HOLDER", "LEASE")
+
+
+def table(infos: Iterable[SessionInfo], now: datetime.datetime) -> list[str]:
+    """The lines of ``list``'s table: a header, then one row per session (none: the header alone)."""
+    rows = [_COLUMNS]
+    for info in infos:
+        state = info.state.value + (" (cancelling)" if info.cancel_requested else "")
+        rows.append(
+            (
+                clean_line(info.id),
+                state,
+                str(info.length),
+                str(info.pending_steers),
+                utc(info.updated_at),
+                clean_line(info.holder or "-"),
+                lease(info, now),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
+    right = {2, 3}  # counts line up on their last digit
+    lines = []
+    for row in rows:
+        pairs = enumerate(zip(row, widths, strict=True))
+        cells = (cell.rjust(width) if i in right else cell.ljust(width) for i, (cell, width) in pairs)
+        lines.append("  ".join(cells).rstrip())
+    return lines
+
+
+def header(info: SessionInfo, steers: Sequence[Steer], now: datetime.datetime) -> list[str]:
+    """``show``'s summary of the record: state, holder, lease, length, update, steers waiting."""
+    lines = [f"session   {clean_line(info.id)}", f"state     {info.state.value}"]
+    if info.cancel_requested:
+        lines[-1] += " (cancel requested: the run stops before its next step)"
+    if info.holder is not None:
+        held = {RunState.RUNNING: "holds it now", RunState.STALLED: "held it; its lease lapsed"}
+        lines.append(f"holder    {clean_line(info.holder)} ({held.get(info.state, 'its last run; none holds it now')})")
+    if info.lease_expires_at is not None and info.state in (RunState.RUNNING, RunState.STALLED):
+        lines.append(f"lease     expires {utc(info.lease_expires_at)} UTC ({lease(info, now)})")
+    updated = "never saved"
+    if info.updated_at is not None:
+        updated = f"updated {utc(info.updated_at)} UTC ({span((now - info.updated_at).total_seconds())} ago)"
+    lines.append(f"messages  {info.length}, {updated}")
+    lines.append(f"steers    {len(steers)} waiting" + (":" if steers else ""))
+    lines.extend(f"{_INDENT}[{steer.seq}] {clean_line(steer.text)}" for steer in steers)
+    return lines
+
+
+def transcript(messages: Sequence[Message]) -> list[str]:
+    """``show``'s transcript: each message numbered (the number ``fork --at`` takes), then its blocks."""
+    lines: list[str] = []
+    for index, message in enumerate(messages):
+        lines.append(f"#{index} {message.role.value}")
+        for block in message.content:
+            lines.extend(_block(block))
+    return lines
+
+
+def _block(block: Content) -> list[str]:
+    if block.type is ContentType.TOOL_USE:
+        first = f"tool call {clean_line(block.name)} [{clean_line(block.id)}]: {clean(block.input)}"
+    elif block.type is ContentType.TOOL_RESULT:
+        marker = " ERROR" if block.is_error else ""
+        first = f"tool result [{clean_line(block.tool_use_id)}]{marker}: {clean(block.text)}"
+    else:
+        first = clean(block.text)
+    # Continuation lines sit under the block's first line, so blocks stay apart however long.
+    return [_INDENT + line for line in first.split("\n")]
+
+
+def show_json(info: SessionInfo, steers: Sequence[Steer], transcript_dump: str) -> dict[str, Any]:
+    """``show --json``: the record, the steers waiting, and the transcript in the ``dumps`` form."""
+    return {
+        **info_json(info),
+        "steers": [{"seq": steer.seq, "text": steer.text} for steer in steers],
+        "transcript": json.loads(transcript_dump),
+    }
+
+
+def messages(count: int) -> str:
+    """``1 message``, ``4 messages``."""
+    return f"{count} message" if count == 1 else f"{count} messages"
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: its lines stripped and joined by spaces (for errors on stderr)."""
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def write_utf8(out: IO[str], text: str) -> None:
+    """Write ``text`` as UTF-8 whatever the locale says: through the bytes under ``out`` when it has them."""
+    buffer = getattr(out, "buffer", None)
+    if buffer is None:
+        out.write(text)
+        return
+    out.flush()
+    buffer.write(text.encode())
+    buffer.flush()

@@ -1,0 +1,597 @@
+"""The ``agentsessions`` command: look at, steer, stop, fork, delete, export and import sessions in a store.
+
+    agentsessions [--store URL] COMMAND ...        (or: python -m agentsessions ...)
+
+    list [--state STATE]... [--older-than 7d] [--limit N] [--json]
+    show ID [--json]               the record, the steers waiting, the transcript
+    steer ID TEXT                  prints the state the steer met: running, or what waits for a run
+    cancel ID                      asks the run holding ID to stop
+    fork ID NEW [--at N]           NEW gets ID's first N messages (all without --at)
+    delete ID...                   transcript, steers and record, for each ID
+    export ID                      the transcript in the agentsessions.dumps form, on stdout
+    import ID FILE [--replace]     a transcript in that form from FILE (- for stdin)
+
+``list --json`` writes JSON Lines: one object per session, newest update first, with
+``id``, ``state``, ``length``, ``updated_at``, ``holder``, ``lease_expires_at`` (ISO 8601,
+UTC, or null), ``pending_steers`` and ``cancel_requested``. ``show --json`` writes one
+object: the same fields, ``steers`` (``seq`` and ``text`` of each one waiting) and
+``transcript`` (the ``dumps`` form, parsed).
+
+Store URLs (--store, else the AGENTSESSIONS_STORE environment variable):
+  sqlite:///absolute/path.db  sqlite:relative/path.db
+      the file must exist, except for import (which creates it, with its tables)
+  postgresql://user:password@host:5432/db   (or postgres://; any libpq URI parameter,
+      e.g. ?options=-csearch_path%3Dmyschema)          needs: pip install agentsessions[postgres]
+  mysql://user:password@host:3306/db                   needs: pip install agentsessions[mysql]
+  mongodb://user:password@host:27017/db (or mongodb+srv://; the database is the path)
+                                                       needs: pip install agentsessions[mongodb]
+  The command opens its own connections and closes them before it exits. A password in
+  the URL never appears in any output: URLs are shown as postgresql://user:***@host/db.
+
+Exit codes:
+  0  done
+  1  not found: no such session (show, export, steer, fork's source, cancel, delete: any
+     ID missing, after deleting the others); for cancel also: no live run holds it
+  2  bad input or usage: arguments, session ids, a transcript that is not the dumps form,
+     fork --at outside 0..length, fork on a store that cannot fork
+  3  busy or conflict: import over an existing session without --replace, or over one a
+     run holds; fork into an existing id; another run holds the session
+  4  store error: no driver, unreachable, refused, tables missing, file missing
+  5  an unexpected error (a bug): a traceback follows, with passwords masked
+Errors are one line on stderr, starting with "agentsessions: ".
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import enum
+import functools
+import itertools
+import logging
+import os
+import re
+import sys
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any, NoReturn
+from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit, urlunsplit
+
+import attrs
+
+from agentsessions import _cli_format as fmt
+from agentsessions.codec import dumps, loads
+from agentsessions.errors import AgentSessionsError, ConflictError, StoreError
+from agentsessions.runs import RunState, SessionInfo, utcnow
+from agentsessions.session import ForkStore, RunStore
+
+PROG = "agentsessions"
+ENVIRONMENT = "AGENTSESSIONS_STORE"
+CONNECT_TIMEOUT = 5  # seconds: a store that does not answer fails the command, it does not hang it
+
+
+class Exit(enum.IntEnum):
+    """The command's exit codes (the module docstring says when each is used)."""
+
+    OK = 0
+    NOT_FOUND = 1
+    USAGE = 2
+    CONFLICT = 3
+    STORE = 4
+    BUG = 5
+
+
+class CliError(Exception):
+    """An expected failure: its message is printed as one line, and ``code`` is the exit code."""
+
+    def __init__(self, code: Exit, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# --- Store URLs and their passwords ----------------------------------------------------------
+
+_SECRET_KEYS = frozenset({"password", "pass", "pwd", "sslpassword"})
+# Any URL-like userinfo with a password, in any text: the net under the exact masking below.
+_ANY_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*:)[^\s/?#]*@")
+
+
+@attrs.frozen
+class StoreURL:
+    """A store URL, the secrets in it, and how it may be shown."""
+
+    raw: str
+    scheme: str
+    secrets: tuple[str, ...]
+    shown: str
+
+    def mask(self, text: str) -> str:
+        """``text`` with every secret of this URL, and any URL's password, replaced by ``***``."""
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return mask_urls(text)
+
+
+def mask_urls(text: str) -> str:
+    """``text`` with the password of every URL in it replaced by ``***``."""
+    return _ANY_USERINFO.sub(r"\1***@", text)
+
+
+def parse_store_url(raw: str) -> StoreURL:
+    """Read a store URL; a URL that cannot be read is a :class:`CliError` that shows only its scheme."""
+    # What a careless URL's password may be (a raw `/` or `@` in it cuts the URL elsewhere):
+    # everything between the scheme's first `:` after `://` and the last `@`, masked too.
+    loose = raw.partition("://")[2].rpartition("@")[0].partition(":")[2]
+    secrets: set[str] = {loose, unquote(loose)}
+    try:
+        parts = urlsplit(raw)
+        parts.port  # noqa: B018  (reading it checks it)
+    except ValueError:
+        # urlsplit's own message may quote the password; it is not repeated.
+        scheme = raw.partition("://")[0] if "://" in raw else "?"
+        raise CliError(
+            Exit.USAGE,
+            f"cannot read the store URL ({scheme}://...): percent-encode @ : / ? # in its user and password "
+            "(%40 %3A %2F %3F %23)",
+        ) from None
+    netloc = parts.netloc
+    if parts.password is not None:
+        secrets.update((parts.password, unquote(parts.password)))
+        userinfo, _, host = netloc.rpartition("@")
+        netloc = f"{userinfo.partition(':')[0]}:***@{host}"
+    pieces = []
+    for piece in parts.query.split("&") if parts.query else []:
+        key, equals, value = piece.partition("=")
+        if unquote(key).lower() in _SECRET_KEYS and value:
+            secrets.update((value, unquote(value)))
+            value = "***"
+        pieces.append(key + equals + value)
+    url = StoreURL(raw, parts.scheme.lower(), tuple(sorted(filter(None, secrets), key=len, reverse=True)), "")
+    # Longest secrets first, so none leaves a piece of a longer one behind.
+    return attrs.evolve(url, shown=url.mask(urlunsplit(parts._replace(netloc=netloc, query="&".join(pieces)))))
+
+
+# --- Opening a store from its URL ------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def open_store(url: StoreURL, *, create: bool = False) -> Iterator[RunStore]:
+    """The store ``url`` names, over connections this command opens and closes.
+
+    ``create``: a SQLite file that does not exist is made (only ``import`` asks for it).
+    """
+    parts = urlsplit(url.raw)
+    openers: dict[str, Callable[[StoreURL, SplitResult], contextlib.AbstractContextManager[RunStore]]] = {
+        "sqlite": functools.partial(_sqlite, create=create),
+        "postgresql": _postgres,
+        "postgres": _postgres,
+        "mysql": _mysql,
+        "mongodb": _mongodb,
+        "mongodb+srv": _mongodb,
+    }
+    opener = openers.get(url.scheme)
+    if opener is None:
+        raise CliError(
+            Exit.USAGE,
+            f"unknown store URL {url.shown}: use sqlite:///path, postgresql://..., mysql://... or mongodb://.../db",
+        )
+    with opener(url, parts) as store:
+        yield store
+
+
+def _driver(extra: str) -> NoReturn:
+    raise CliError(Exit.STORE, f"the {extra} store needs its driver: pip install agentsessions[{extra}]")
+
+
+@contextlib.contextmanager
+def _sqlite(url: StoreURL, parts: SplitResult, *, create: bool) -> Iterator[RunStore]:
+    from agentsessions.stores import sqlite
+
+    if parts.netloc or parts.query or parts.fragment or not parts.path:
+        raise CliError(Exit.USAGE, f"a SQLite URL is sqlite:///absolute/path or sqlite:relative/path, got {url.shown}")
+    path = Path(unquote(parts.path))
+    if not create and not path.is_file():
+        raise CliError(Exit.STORE, f"no SQLite file at {str(path)!r} (only import creates one)")
+    store = sqlite.open(path)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@contextlib.contextmanager
+def _postgres(url: StoreURL, _: SplitResult) -> Iterator[RunStore]:
+    try:
+        import psycopg
+        from psycopg.conninfo import conninfo_to_dict
+        from psycopg_pool import ConnectionPool, PoolTimeout
+
+        from agentsessions.stores import postgres
+    except ImportError:
+        _driver("postgres")
+    try:
+        options = {} if "connect_timeout" in conninfo_to_dict(url.raw) else {"connect_timeout": CONNECT_TIMEOUT}
+        # The pool keeps why it could not connect to itself (it logs and retries until its
+        # timeout); one connection of our own first turns a wrong password into its reason.
+        psycopg.connect(url.raw, **options).close()  # type: ignore[arg-type]
+    except psycopg.ProgrammingError as error:
+        raise CliError(Exit.USAGE, f"cannot read the store URL {url.shown}: {error}") from None
+    except psycopg.Error as error:
+        raise CliError(Exit.STORE, f"cannot connect to {url.shown}: {error}") from None
+    # The store's bounded check when this version has it; the pool's own otherwise.
+    check = getattr(postgres, "check_connection", ConnectionPool.check_connection)
+    pool: ConnectionPool[Any] = ConnectionPool(
+        url.raw, kwargs=options, min_size=1, max_size=2, check=check, open=False, name=PROG
+    )
+    try:
+        try:
+            pool.open(wait=True, timeout=2 * CONNECT_TIMEOUT)
+        except PoolTimeout:
+            why = f"no connection within {2 * CONNECT_TIMEOUT} s"
+            raise CliError(Exit.STORE, f"cannot connect to {url.shown}: {why}") from None
+        yield postgres.PostgresStore(pool)
+    finally:
+        pool.close()
+
+
+@contextlib.contextmanager
+def _mysql(url: StoreURL, parts: SplitResult) -> Iterator[RunStore]:
+    try:
+        import pymysql
+
+        from agentsessions.stores import mysql
+    except ImportError:
+        _driver("mysql")
+    database = unquote(parts.path.lstrip("/"))
+    if not database or "/" in database or parts.query or parts.fragment:
+        raise CliError(Exit.USAGE, f"a MySQL URL is mysql://user:password@host:port/database, got {url.shown}")
+    # A new connection per call (the command makes a few), each with the timeouts the store asks for.
+    connect = functools.partial(
+        pymysql.connect,
+        host=parts.hostname or "localhost",
+        port=parts.port or 3306,
+        user=unquote(parts.username) if parts.username is not None else None,
+        password=unquote(parts.password or ""),
+        database=database,
+        connect_timeout=CONNECT_TIMEOUT,
+        read_timeout=30,
+        write_timeout=30,
+        init_command="SET SESSION innodb_lock_wait_timeout = 10",
+    )
+    yield mysql.MySQLStore(connect)
+
+
+@contextlib.contextmanager
+def _mongodb(url: StoreURL, parts: SplitResult) -> Iterator[RunStore]:
+    try:
+        import pymongo
+        from pymongo.errors import PyMongoError
+
+        from agentsessions.stores import mongodb
+    except ImportError:
+        _driver("mongodb")
+    database = unquote(parts.path.lstrip("/"))
+    if not database:
+        raise CliError(Exit.USAGE, f"a MongoDB URL names its database: mongodb://host:27017/database, got {url.shown}")
+    given = {key.lower() for key, _ in parse_qsl(parts.query)}
+    options: dict[str, Any] = {}
+    if "serverselectiontimeoutms" not in given:
+        options["serverSelectionTimeoutMS"] = CONNECT_TIMEOUT * 1000
+    try:
+        client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(url.raw, **options)
+    except PyMongoError as error:  # a URL pymongo cannot read (it does no I/O here but DNS for +srv)
+        raise CliError(Exit.USAGE, f"cannot use the store URL {url.shown}: {error}") from None
+    try:
+        yield mongodb.MongoStore(client[database])
+    finally:
+        client.close()
+
+
+# --- The commands ----------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Streams:
+    """Where a command writes: ``out`` for results, ``err`` for one-line errors and notes."""
+
+    out: IO[str]
+    err: IO[str]
+
+    def print(self, line: str = "") -> None:
+        """One line of results."""
+        self.out.write(line + "\n")
+
+
+def _exists(info: SessionInfo) -> bool:
+    # An unknown id reads as an IDLE record with nothing in it; anything else was made by someone.
+    return bool(info.length or info.updated_at or info.state is not RunState.IDLE or info.pending_steers)
+
+
+def _known(store: RunStore, session_id: str) -> SessionInfo:
+    info = store.info(session_id)
+    if not _exists(info):
+        raise CliError(Exit.NOT_FOUND, f"no session {session_id!r:.300}")
+    return info
+
+
+def _list(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
+    now = utcnow()
+    before = now - args.older_than if args.older_than is not None else None
+    infos = store.sessions(state=args.state, updated_before=before)
+    if args.limit is not None:
+        infos = itertools.islice(infos, args.limit)
+    if args.json:
+        for info in infos:
+            io.print(fmt.dump_json(fmt.info_json(info)))
+    else:
+        for line in fmt.table(infos, now):
+            io.print(line)
+    return Exit.OK
+
+
+def _show(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
+    info = _known(store, args.id)
+    steers = store.peek_steers(args.id)
+    messages = store.messages(args.id)
+    if args.json:
+        io.print(fmt.dump_json(fmt.show_json(info, steers, dumps(messages))))
+        return Exit.OK
+    for line in [*fmt.header(info, steers, utcnow()), "", *fmt.transcript(messages)]:
+        io.print(line)
+    return Exit.OK
+
+
+def _steer(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
+    _known(store, args.id)  # a steer for a mistyped id would wait forever for a run nobody starts
+    io.print(store.add_steer(args.id, args.text).value)
+    return Exit.OK
+
+
+def _cancel(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
+    _known(store, args.id)
+    if store.cancel(args.id):
+        io.print(f"cancel requested: the run holding {args.id!r:.300} stops before its next step")
+        return Exit.OK
+    state = store.info(args.id).state.value
+    raise CliError(Exit.NOT_FOUND, f"no live run holds session {args.id!r:.300} (it is {state}): nothing to cancel")
+
+
+def _fork(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
+    info = _known(store, args.id)
+    if not isinstance(store, ForkStore):
+        raise CliError(Exit.USAGE, f"this store ({type(store).__name__}) cannot fork sessions")
+    store.fork(args.id, args.new, at=args.at)
+    copied = info.length if args.at is None else args.at
+    io.print(f"forked {args.id!r:.300} into {args.new!r:.300} ({fmt.messages(copied)})")
+    return Exit.OK
+
+
+def _delete(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
+    missing = []
+    for session_id in args.ids:
+        if store.delete(session_id):
+            io.print(f"deleted {session_id!r:.300}")
+        else:
+            missing.append(session_id)
+    for session_id in missing:
+        io.err.write(f"{PROG}: no session {session_id!r:.300}\n")
+    return Exit.NOT_FOUND if missing else Exit.OK
+
+
+def _export(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
+    _known(store, args.id)
+    fmt.write_utf8(io.out, dumps(store.messages(args.id)) + "\n")
+    return Exit.OK
+
+
+def _import(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
+    messages = args.transcript  # read by _run before the store was opened
+    info = store.info(args.id)
+    if _exists(info) and not args.replace:
+        raise CliError(Exit.CONFLICT, f"session {args.id!r:.300} exists; pass --replace to overwrite its transcript")
+    if info.state is RunState.RUNNING:
+        raise CliError(Exit.CONFLICT, f"session {args.id!r:.300} is held by a live run ({info.holder}); not replaced")
+    store.save(args.id, messages)
+    io.print(f"imported {fmt.messages(len(messages))} into {args.id!r:.300}")
+    return Exit.OK
+
+
+def _read(name: str) -> bytes:
+    if name == "-":
+        stdin = sys.stdin
+        return stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read().encode("utf-8", "surrogatepass")
+    try:
+        return Path(name).read_bytes()
+    except OSError as error:
+        raise CliError(Exit.USAGE, f"cannot read {name!r}: {error.strerror or error}") from None
+
+
+# --- Arguments ------------------------------------------------------------------------------
+
+_DURATION = re.compile(r"(\d+)([wdhms])")
+_UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def duration(text: str) -> datetime.timedelta:
+    """``7d``, ``12h``, ``30m``, ``45s``, ``2w`` or a sum of them (``1h30m``) as a timedelta."""
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise argparse.ArgumentTypeError(f"a duration is like 7d, 12h, 30m, 45s, 2w or 1h30m, got {text!r}")
+    return datetime.timedelta(seconds=sum(int(n) * _UNITS[u] for n, u in parts))
+
+
+def _state(text: str) -> RunState:
+    try:
+        return RunState(text.lower())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of: {', '.join(s.value for s in RunState)}") from None
+
+
+def _count(text: str, least: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = least - 1
+    if value < least:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least {least}, got {text!r}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, except that a URL's password in its error messages is masked."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(Exit.USAGE, f"{self.prog}: error: {mask_urls(message)}\n")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command's argument parser, subcommands included."""
+    doc = __doc__ or ""
+    top = _Parser(
+        prog=PROG,
+        description="Look at, steer, stop, fork, delete, export and import agentsessions sessions in a store.",
+        epilog=doc[doc.index("Store URLs") :],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    # --store before or after the command; SUPPRESS, so a subcommand without it keeps the first.
+    store = _Parser(add_help=False)
+    store.add_argument("--store", metavar="URL", default=argparse.SUPPRESS, help=f"the store (default: ${ENVIRONMENT})")
+    top.add_argument("--store", metavar="URL", help=f"the store (default: ${ENVIRONMENT})")
+    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, run: Callable[..., Exit], text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=text, description=text, parents=[store])
+        sub.set_defaults(run=run)
+        return sub
+
+    listing = command("list", _list, "Sessions, newest update first: a table, or JSON Lines with --json.")
+    listing.add_argument("--state", type=_state, action="append", help="only this state (repeat for several)")
+    listing.add_argument("--older-than", type=duration, metavar="DURATION", help="last saved before this long ago")
+    listing.add_argument("--limit", type=functools.partial(_count, least=1), metavar="N", help="at most N sessions")
+    listing.add_argument("--json", action="store_true", help="one JSON object per line")
+    show = command("show", _show, "A session: its state, holder, lease, steers waiting and transcript.")
+    show.add_argument("id")
+    show.add_argument("--json", action="store_true", help="one JSON object, the transcript in the dumps form")
+    steer = command("steer", _steer, "Leave a steer; prints the state it met (running: the live run takes it).")
+    steer.add_argument("id")
+    steer.add_argument("text")
+    cancel = command("cancel", _cancel, "Ask the run holding a session to stop; exit 1 when none holds it.")
+    cancel.add_argument("id")
+    fork = command("fork", _fork, "Copy a session's first N messages (all without --at) into a new one.")
+    fork.add_argument("id")
+    fork.add_argument("new")
+    fork.add_argument("--at", type=functools.partial(_count, least=0), metavar="N")
+    delete = command("delete", _delete, "Delete sessions; exit 1 if any did not exist (the others are deleted).")
+    delete.add_argument("ids", nargs="+", metavar="ID")
+    export = command("export", _export, "Write a session's transcript in the agentsessions.dumps form to stdout.")
+    export.add_argument("id")
+    imports = command("import", _import, "Store a transcript in the dumps form from FILE (- for stdin) as ID.")
+    imports.add_argument("id")
+    imports.add_argument("file", metavar="FILE")
+    imports.add_argument("--replace", action="store_true", help="overwrite an existing session's transcript")
+    return top
+
+
+# --- Running it -----------------------------------------------------------------------------
+
+
+class _MaskedLog(logging.Handler):
+    """Drivers' warnings (a pool failing to reconnect) as one masked line each on stderr."""
+
+    def __init__(self, err: IO[str], url: StoreURL) -> None:
+        super().__init__(logging.WARNING)
+        self.err, self.url = err, url
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.err.write(f"{PROG}: {record.name}: {fmt.one_line(self.url.mask(record.getMessage()))}\n")
+
+
+@contextlib.contextmanager
+def _driver_logs(err: IO[str], url: StoreURL) -> Iterator[None]:
+    handler = _MaskedLog(err, url)
+    loggers = [logging.getLogger(name) for name in ("psycopg", "pymongo")]
+    before = [logger.propagate for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(handler)
+        logger.propagate = False
+    try:
+        yield
+    finally:
+        for logger, propagate in zip(loggers, before, strict=True):
+            logger.removeHandler(handler)
+            logger.propagate = propagate
+
+
+class _Bug(Exception):
+    """An unexpected error; ``text`` is its traceback, masked."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+def _code(error: BaseException) -> Exit:
+    if isinstance(error, CliError):
+        return error.code
+    if isinstance(error, ConflictError):  # SessionBusyError too
+        return Exit.CONFLICT
+    if isinstance(error, StoreError):  # SchemaMissingError too
+        return Exit.STORE
+    if isinstance(error, ValueError):  # bad ids, FormatError, fork --at past the end
+        return Exit.USAGE
+    return Exit.STORE  # another AgentSessionsError
+
+
+def _run(args: argparse.Namespace, io: Streams) -> Exit:
+    raw = args.store or os.environ.get(ENVIRONMENT)
+    if not raw:
+        raise CliError(Exit.USAGE, f"no store: pass --store URL or set {ENVIRONMENT}")
+    url = parse_store_url(raw)
+    try:
+        if args.command == "import":  # first: a file that is no transcript must not create a SQLite file
+            args.transcript = loads(_read(args.file))
+        with _driver_logs(io.err, url), open_store(url, create=args.command == "import") as store:
+            result: Exit = args.run(args, store, io)
+            return result
+    except CliError as error:
+        raise CliError(error.code, url.mask(str(error))) from None
+    except (AgentSessionsError, ValueError) as error:
+        where = f"{url.shown}: " if _code(error) is Exit.STORE else ""
+        raise CliError(_code(error), url.mask(where + str(error))) from None
+    except BrokenPipeError:
+        raise
+    except Exception:
+        # A bug: the traceback helps, but a driver's text in it may echo the URL.
+        raise _Bug(url.mask(traceback.format_exc())) from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
+    io = Streams(sys.stdout, sys.stderr)
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as done:  # --help, or a usage error argparse has printed
+        return done.code if isinstance(done.code, int) else Exit.USAGE
+    try:
+        return int(_run(args, io))
+    except CliError as error:
+        io.err.write(f"{PROG}: {fmt.one_line(mask_urls(str(error)))}\n")
+        return int(error.code)
+    except BrokenPipeError:
+        # `agentsessions list | head`: the reader left; what it wanted it got.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return int(Exit.OK)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as error:
+        io.err.write(error.text if isinstance(error, _Bug) else mask_urls(traceback.format_exc()))
+        io.err.write(f"{PROG}: unexpected error (a bug; please report it with the traceback above)\n")
+        return int(Exit.BUG)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
