@@ -1,7 +1,8 @@
 """The MySQL/MariaDB store: the conformance suite, a missing schema, incremental saves,
 parallel sessions, a connection killed mid-save, steers taken from several processes,
-batched lease renewal, tokens across delete, and errors that say what to do: a server that
-stops answering, one that cannot be reached, a message over max_allowed_packet.
+batched lease renewal, tokens across delete, forks copied by the server while saves of their
+source wait, and errors that say what to do: a server that stops answering, one that cannot be
+reached, a message over max_allowed_packet.
 
 Each run works in a database of its own (``agentsessions_test_<random>``), dropped at the end.
 """
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
+import re
 import secrets
 import socket
 import statistics
@@ -133,6 +136,8 @@ def test_the_mysql_store_keeps_the_contract(store: mysql.MySQLStore) -> None:
     # A new store object per call, over the same pool: the suite uses two as replicas.
     report = storetest.run(lambda: mysql.MySQLStore(store.connect))
     assert report.replicas
+    assert not report.skipped  # the run properties and the fork property ran too
+    assert {*storetest.RUN_PROPERTIES, storetest.FORK} <= set(report.examples)
     print(report, dict(report.examples))
 
 
@@ -334,10 +339,13 @@ def _statements(pool: PooledDB, call: Callable[[], T]) -> T:
     return result
 
 
-def _counts_through(pool: PooledDB) -> dict[str, int]:
-    """The server's counts of the statements of ``pool``'s connection, by kind."""
+_STATEMENT_KINDS = ("Com_update", "Com_select", "Com_insert")
+
+
+def _counts_through(pool: PooledDB, names: tuple[str, ...] = _STATEMENT_KINDS) -> dict[str, int]:
+    """The server's counters ``names`` (by default, of statements by kind) for ``pool``'s connection."""
     with contextlib.closing(pool.connection()) as conn:
-        rows = _query(conn, "SHOW SESSION STATUS WHERE Variable_name IN ('Com_update', 'Com_select', 'Com_insert')")
+        rows = _query(conn, "SHOW SESSION STATUS WHERE Variable_name IN %s", (names,))
     return {name: int(value) for name, value in rows}
 
 
@@ -433,6 +441,203 @@ def _pooled_query(pool: PooledDB, sql: str) -> None:
 
 def _median_seconds(call: Callable[[], object], times: int) -> float:
     return statistics.median(timeit.repeat(call, number=1, repeat=times))
+
+
+# --- Fork: a prefix copied by the server in one transaction --------------------------------
+
+
+def _stored(admin: Any, database: str, session_id: str) -> tuple[Any, int, int]:
+    """The record's length and run fields (None without one), and the counts of message and steer rows."""
+    key, columns = encode_text(session_id), "length, run_state, token, holder, lease_expires_at, cancel_requested"
+    record = _query(admin, f"SELECT {columns} FROM {database}.agentsessions_sessions WHERE id = %s", (key,))
+    count = f"SELECT COUNT(*) FROM {database}.agentsessions_{{}} WHERE session_id = %s"
+    ((messages,),), ((steers,),) = (_query(admin, count.format(table), (key,)) for table in ("messages", "steers"))
+    return (record[0] if record else None), messages, steers
+
+
+def test_a_fork_copies_the_first_messages_into_a_new_idle_session(
+    store: mysql.MySQLStore, admin: Any, database: str
+) -> None:
+    messages = numbered_transcript(10)
+    store.save("fork-source", messages)
+    store.claim("fork-source", replica="r", lease=30)
+    store.add_steer("fork-source", "for the source's run only")
+    assert store.cancel("fork-source")
+    source = store.info("fork-source")
+    cuts = {"fork-4": 4, "fork-all": None, "fork-0": 0, "fork-10": 10}
+    for new_id, at in cuts.items():
+        store.fork("fork-source", new_id, at=at)
+    replica = mysql.MySQLStore(store.connect)  # reads what the database holds, nothing remembered
+    for new_id, at in cuts.items():
+        count = 10 if at is None else at
+        assert replica.messages(new_id) == messages[:count]
+        info = replica.info(new_id)
+        assert (info.length, info.state, info.holder, info.pending_steers) == (count, agent.RunState.IDLE, None, 0)
+        assert info.updated_at is not None and source.updated_at is not None and info.updated_at > source.updated_at
+        assert _stored(admin, database, new_id) == ((count, None, 0, None, None, 0), count, 0)
+    assert store.info("fork-source") == source  # the source is untouched, its run and steer too
+    assert store.messages("fork-source") == messages
+    store.save("fork-4", [*messages[:4], agent.Message.user("on the fork")])  # a session like any other
+    assert replica.messages("fork-4") == [*messages[:4], agent.Message.user("on the fork")]
+    assert replica.claim("fork-4", replica="r", lease=30).token > 0
+    store.fork("fork-nobody", "fork-empty")  # an id with no record: an empty session, listed like any other
+    assert store.info("fork-empty").length == 0 and store.info("fork-empty").updated_at is not None
+    assert "fork-empty" in {info.id for info in store.sessions(state=agent.RunState.IDLE)}
+
+
+def test_a_fork_into_an_existing_id_raises_conflict_and_changes_nothing(
+    store: mysql.MySQLStore, admin: Any, database: str
+) -> None:
+    store.save("fork-from", numbered_transcript(5))
+    store.save("fork-saved", [agent.Message.user("mine")])
+    store.add_steer("fork-steered", "only a steer: a record with no transcript")
+    store.claim("fork-held", replica="r", lease=30)
+
+    def everything(session_id: str) -> tuple[object, ...]:
+        found = store.info(session_id), store.messages(session_id), store.peek_steers(session_id)
+        return _stored(admin, database, session_id), *found
+
+    for taken in ["fork-saved", "fork-steered", "fork-held", "fork-from"]:
+        before = everything(taken)
+        with pytest.raises(agent.ConflictError, match=f"cannot fork into session '{taken}': it exists") as caught:
+            store.fork("fork-from", taken)
+        assert type(caught.value) is agent.ConflictError
+        assert isinstance(caught.value.__cause__, pymysql.err.IntegrityError)
+        assert everything(taken) == before
+
+
+@pytest.mark.parametrize(
+    ("at", "error", "message"),
+    [
+        (-1, ValueError, "between 0 and the session's length 5, got -1"),
+        (6, ValueError, "between 0 and the session's length 5, got 6"),
+        (2**80, ValueError, "between 0 and the session's length 5"),  # past any integer column
+        (True, TypeError, "must be an int or None, got bool"),
+        ("3", TypeError, "must be an int or None, got str"),
+        (3.0, TypeError, "must be an int or None, got float"),
+    ],
+)
+def test_a_fork_at_outside_the_transcript_raises_and_writes_nothing(
+    store: mysql.MySQLStore, admin: Any, database: str, at: Any, error: type[Exception], message: str
+) -> None:
+    store.save("fork-bounds", numbered_transcript(5))
+    with pytest.raises(error, match=re.escape(message)):
+        store.fork("fork-bounds", "fork-out-of-bounds", at=at)
+    assert _stored(admin, database, "fork-out-of-bounds") == (None, 0, 0)
+    with pytest.raises(ValueError, match=re.escape("the session's length 0, got 1")):
+        store.fork("fork-unknown-source", "fork-out-of-bounds", at=1)
+    assert _stored(admin, database, "fork-out-of-bounds") == (None, 0, 0)
+    store.fork("fork-bounds", "fork-out-of-bounds", at=5)  # the next call works: nothing was left locked
+    assert store.delete("fork-out-of-bounds")
+
+
+@pytest.mark.parametrize("creator_ends", ["rollback", "commit"])
+def test_a_save_of_the_source_waits_for_a_fork_of_2000_messages(
+    store: mysql.MySQLStore, admin: Any, database: str, creator_ends: str
+) -> None:
+    source, new_id = f"fork-raced-{creator_ends}", f"fork-racing-{creator_ends}"
+    old, new = numbered_transcript(2000, tag="old"), numbered_transcript(1000, tag="new")
+    store.save(source, old)
+    caught: dict[str, BaseException | None] = {}
+
+    def run(name: str, call: Callable[[], object]) -> None:
+        try:
+            call()
+            caught[name] = None
+        except BaseException as error:
+            caught[name] = error
+
+    # The fork's record, inserted and not committed: the fork waits for it holding the source's
+    # length, and the save of the source must then wait for the fork.
+    creator = connect(database)
+    try:
+        with creator.cursor() as cur:
+            insert = "INSERT INTO agentsessions_sessions (id, revision, length) VALUES (%s, 0, 0)"
+            cur.execute(insert, (encode_text(new_id),))
+        forking = threading.Thread(target=run, args=("fork", lambda: store.fork(source, new_id)))
+        forking.start()
+        waiting = functools.partial(_lock_waits, admin, database, "agentsessions_sessions")
+        wait_for("the fork to wait", lambda: len(waiting()) == 1, every=POLL)
+        saving = threading.Thread(target=run, args=("save", lambda: mysql.MySQLStore(store.connect).save(source, new)))
+        saving.start()
+        wait_for("the save to wait for the fork", lambda: len(waiting()) == 2, every=POLL)
+        getattr(creator, creator_ends)()
+    finally:
+        creator.close()
+    for thread in (forking, saving):
+        thread.join(30)
+    assert caught["save"] is None and store.messages(source) == new
+    if creator_ends == "commit":
+        assert type(caught["fork"]) is agent.ConflictError and _stored(admin, database, new_id)[1] == 0
+    else:
+        assert caught["fork"] is None and store.messages(new_id) == old and store.info(new_id).length == 2000
+
+
+def test_forks_racing_saves_of_their_source_copy_a_prefix_of_one_saved_version(store: mysql.MySQLStore) -> None:
+    # Unforced, unlike the test above: a fork that read one version's length and copied
+    # another's rows would show as a length that is not its row count, or a wrong prefix.
+    versions = [numbered_transcript(2000, tag="a"), numbered_transcript(1500, tag="b")]
+    store.save("fork-churned", versions[0])
+    forked: list[tuple[int | None, int, list[agent.Message]]] = []
+    done = threading.Event()
+
+    def churn() -> None:
+        saver = mysql.MySQLStore(store.connect)
+        for n in itertools.count(1):
+            if done.is_set():
+                return
+            saver.save("fork-churned", versions[n % 2])
+
+    saver = threading.Thread(target=churn)
+    saver.start()
+    try:
+        for n in range(40):
+            at, new_id = None if n % 4 else 1200, f"fork-churned-{n}"
+            store.fork("fork-churned", new_id, at=at)
+            forked.append((at, store.info(new_id).length, store.messages(new_id)))
+    finally:
+        done.set()
+        saver.join(30)
+    for at, length, messages in forked:
+        assert length == len(messages), f"a fork at {at} has length {length} and {len(messages)} messages"
+        assert any(messages == version[:at] for version in versions), f"a fork at {at} is a prefix of no saved version"
+
+
+def test_a_fork_sends_no_message_to_python_and_costs_less_than_saving_the_messages(
+    store: mysql.MySQLStore, database: str
+) -> None:
+    big = [agent.Message.user(f"{i}:" + "x" * 1000) for i in range(2000)]  # 2 MB of transcript
+    store.save("fork-big", big)
+    single = PooledDB(pymysql, maxconnections=1, maxcached=1, blocking=True, **_server(database))
+    try:
+        names = ("Bytes_sent", "Bytes_received", "Com_insert_select")
+        before = _counts_through(single, names)
+        mysql.MySQLStore(single.connection).fork("fork-big", "fork-big-copy")
+        after = _counts_through(single, names)
+    finally:
+        single.close()
+    moved = {name: after[name] - before[name] for name in names}
+    assert moved["Com_insert_select"] == 1 and moved["Bytes_sent"] < 20_000 and moved["Bytes_received"] < 20_000, moved
+    assert store.messages("fork-big-copy") == big
+    # Times through the test pool, beside a save_run of one new message and a save of 2,000 short ones.
+    short = numbered_transcript(2000)
+    store.save("fork-short", short)
+    claim = store.claim("fork-cost", replica="r", lease=60)
+    transcript: list[agent.Message] = []
+
+    def save_one() -> None:
+        transcript.append(agent.Message.user(f"m{len(transcript)}"))
+        store.save_run(claim, transcript)
+
+    fresh = (f"fork-timed-{n}" for n in itertools.count())
+    figures = {
+        "save_run of one new message": _median_seconds(save_one, 50),
+        "fork of 2,000 short messages": _median_seconds(lambda: store.fork("fork-short", next(fresh)), 20),
+        "fork of 2,000 1-KB messages": _median_seconds(lambda: store.fork("fork-big", next(fresh)), 10),
+        "save of 2,000 short ones": _median_seconds(lambda: store.save(next(fresh), short), 10),
+    }
+    print({what: f"{seconds * 1000:.2f} ms" for what, seconds in figures.items()})
+    assert figures["fork of 2,000 short messages"] < figures["save of 2,000 short ones"]
 
 
 # --- Errors that say what to do: a stalled server, an unreachable one, a message too large ---

@@ -39,11 +39,12 @@ except ImportError as error:  # pragma: no cover - depends on what is installed
 
 from agentsessions import runs
 from agentsessions.codec import decode_text, encode_text, load_message
-from agentsessions.errors import SchemaMissingError, StoreError
+from agentsessions.errors import ConflictError, SchemaMissingError, StoreError
 from agentsessions.messages import Message
 from agentsessions.runs import UTC, Claim, Progress, Renewal, RunState, SessionInfo, Steer
-from agentsessions.session import check_session_id, check_steer
+from agentsessions.session import check_fork_at, check_session_id, check_steer
 from agentsessions.stores._incremental import KnownSessions, SavePlan, new_revision, plan_save
+from agentsessions.stores._mysql_errors import describe, duplicate_key, explain, lost, schema_missing
 
 __all__ = ["SCHEMA", "MySQLStore"]
 
@@ -93,8 +94,6 @@ SCHEMA = [
 PAGE = 500
 """How many sessions :meth:`MySQLStore.sessions` fetches in one query."""
 
-_ER_BAD_FIELD = 1054
-_ER_NO_SUCH_TABLE = 1146
 # For the next transaction only. InnoDB's default REPEATABLE READ also locks the gaps
 # between rows, so saves of neighbouring sessions would wait for, even deadlock, each other.
 _READ_COMMITTED = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
@@ -160,6 +159,18 @@ _CANCEL = "UPDATE agentsessions_sessions SET cancel_requested = TRUE WHERE id = 
 # Record first, then what hangs off it: the order saves lock in, so the two never deadlock.
 _DELETE_SESSION = "DELETE s FROM agentsessions_sessions AS s FORCE INDEX (PRIMARY) WHERE s.id = %s"
 _DELETE_ALL_STEERS = "DELETE s FROM agentsessions_steers AS s FORCE INDEX (PRIMARY) WHERE s.session_id = %s"
+# A fork reads the source's length under a shared lock, which every writer of a transcript
+# waits for (save, save_run and delete lock the record first), so the rows it copies are the
+# ones that length counts. The copy's SELECT is a consistent read under READ COMMITTED: it
+# locks no message rows, and the server copies them without sending any to Python.
+_LOCK_SOURCE = "SELECT length FROM agentsessions_sessions WHERE id = %s LOCK IN SHARE MODE"
+_FORK_SESSION = """
+INSERT INTO agentsessions_sessions (id, revision, length, updated_at) VALUES (%s, %s, %s, UTC_TIMESTAMP(6))
+"""
+_COPY_MESSAGES = """
+INSERT INTO agentsessions_messages (session_id, position, body)
+SELECT %s, position, body FROM agentsessions_messages FORCE INDEX (PRIMARY) WHERE session_id = %s AND position < %s
+"""
 # The id list lets the primary key find the rows, in key order, so two renewals of
 # overlapping claims lock them in the same order; the pairs then check each token.
 _RENEW = f"""
@@ -348,6 +359,28 @@ class MySQLStore:
             cur.execute(_CANCEL, (key,))
         return True
 
+    def fork(self, session_id: str, new_id: str, *, at: int | None = None) -> None:
+        """Copy the first ``at`` messages into a new, idle session with no steers, in one transaction.
+
+        The server copies the rows. A ``new_id`` that has a record is a :class:`ConflictError`,
+        and an ``at`` outside ``0..length`` a ``ValueError``; either way nothing is written.
+        """
+        key, new_key = encode_text(check_session_id(session_id)), encode_text(check_session_id(new_id))
+        with suppress(ValueError):
+            check_fork_at(at, 0)  # a TypeError before any I/O; the range once the length is read
+        with self._transaction(f"fork into session {new_id!r:.80}", session_id) as cur:
+            cur.execute(_LOCK_SOURCE, (key,))
+            row = cur.fetchone()
+            length = check_fork_at(at, row[0] if row else 0)
+            try:
+                cur.execute(_FORK_SESSION, (new_key, new_revision(), length))
+            except pymysql.err.IntegrityError as error:
+                if not duplicate_key(error):
+                    raise
+                raise ConflictError(f"cannot fork into session {new_id!r:.80}: it exists") from error
+            if length:
+                cur.execute(_COPY_MESSAGES, (new_key, key, length))
+
     # --- Holding a run ---------------------------------------------------------------------
 
     def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
@@ -444,7 +477,7 @@ class MySQLStore:
             try:
                 yield cur
             except BaseException as error:
-                if not _lost(error):  # the server rolls a lost connection back; trying would wait once more
+                if not lost(error):  # the server rolls a lost connection back; trying would wait once more
                     with suppress(pymysql.err.Error):
                         conn.rollback()
                 raise
@@ -455,11 +488,11 @@ class MySQLStore:
         try:
             conn = self.connect()
         except pymysql.err.Error as error:
-            raise StoreError(f"{what}: {_explain(error, connecting=True)}") from error
+            raise StoreError(f"{what}: {explain(error, connecting=True)}") from error
         except (TypeError, ValueError, AttributeError):  # a mistake in connect() itself: no store error
             raise
         except Exception as error:  # a pool's own errors, such as having none to lend
-            raise StoreError(f"{what}: connect() gave no connection ({_describe(error)})") from error
+            raise StoreError(f"{what}: connect() gave no connection ({describe(error)})") from error
         try:
             yield conn
         finally:
@@ -473,12 +506,12 @@ class MySQLStore:
         except pymysql.err.Error as error:
             if session_id is not None:
                 self._known.forget(session_id)
-            if error.args and error.args[0] in (_ER_NO_SUCH_TABLE, _ER_BAD_FIELD):
+            if schema_missing(error):
                 raise SchemaMissingError(
-                    f"{what}: its tables are missing or older than this version ({_describe(error)}); "
+                    f"{what}: its tables are missing or older than this version ({describe(error)}); "
                     "run each statement of agentsessions.stores.mysql.SCHEMA once in this database"
                 ) from error
-            raise StoreError(f"{what}: {_explain(error, payload=payload)}") from error
+            raise StoreError(f"{what}: {explain(error, payload=payload)}") from error
 
 
 def _rows(plan: SavePlan, key: bytes, start: int) -> list[tuple[bytes, int, bytes]]:
@@ -511,7 +544,8 @@ def _delete_steers(cur: Any, key: bytes, seqs: list[int]) -> None:
 def _info(row: tuple[Any, ...]) -> SessionInfo:
     key, length, updated_at, stored, holder, expires, pending, cancel, now = row
     state = runs.derive_state(_text(stored), _utc(expires), now.replace(tzinfo=UTC))
-    return SessionInfo(decode_text(key), length, _utc(updated_at), state, _text(holder), _utc(expires), pending, cancel)
+    run = (_text(holder), _utc(expires), pending, bool(cancel))  # BOOLEAN is TINYINT: the driver gives 0 or 1
+    return SessionInfo(decode_text(key), length, _utc(updated_at), state, *run)
 
 
 def _text(data: bytes | None) -> str | None:
@@ -522,76 +556,3 @@ def _utc(value: datetime.datetime | None) -> datetime.datetime | None:
     # DATETIME carries no zone; every one of ours is UTC.
     return None if value is None else value.replace(tzinfo=UTC)
 
-
-# What went wrong, in words that say what to do: the driver's own message is often only
-# "server has gone away" (a statement over max_allowed_packet) or empty (a connection the
-# server or network dropped before the call began).
-_CONNECT_ERRORS = (2003, 2005)  # CR_CONN_HOST_ERROR, CR_UNKNOWN_HOST
-_DROPPED = (2006, 2013)  # CR_SERVER_GONE_ERROR, CR_SERVER_LOST
-_PACKET_TOO_LARGE = 1153
-_LOCK_WAIT_TIMEOUT, _DEADLOCK, _BINLOG_STATEMENT = 1205, 1213, 1665
-_LARGE = 1 << 20  # a statement this big may well be what the server refused
-
-
-def _explain(error: BaseException, *, connecting: bool = False, payload: int = 0) -> str:
-    code = error.args[0] if error.args and isinstance(error.args[0], int) else None
-    said, where = _describe(error), _address(error)
-    if code == _PACKET_TOO_LARGE or (code in _DROPPED and payload >= _LARGE and not _timed_out(error)):
-        return (
-            f"the server at {where} dropped the connection while receiving a statement carrying "
-            f"{payload / (1 << 20):.1f} MiB ({said}): that is most likely more than the server's max_allowed_packet; "
-            "raise max_allowed_packet on the server (SET GLOBAL and its configuration file), or send smaller messages"
-        )
-    if _timed_out(error):
-        return (
-            f"the server at {where} did not answer within the connection's timeout ({said}); the connection was "
-            "dropped and the server rolls back what it had not committed: check the server and the network, then retry"
-        )
-    if connecting or code in _CONNECT_ERRORS:
-        return (
-            f"could not connect to the server at {where} ({said}): check that MySQL/MariaDB is running and "
-            "reachable there, and that connect() names the right host and port"
-        )
-    if _lost(error):
-        return (
-            f"the connection to the server at {where} was lost or already closed ({said}): the server restarted, "
-            "stopped answering or is unreachable, or the connection was killed or idle past wait_timeout; nothing "
-            "uncommitted was kept. Retry, with a pool that checks connections before lending them (DBUtils: ping=1)"
-        )
-    if code == _LOCK_WAIT_TIMEOUT:
-        return f"another transaction held the session's rows past innodb_lock_wait_timeout ({said}); retry later"
-    if code == _DEADLOCK:
-        return f"the server chose this transaction as a deadlock's victim and rolled it back ({said}); retry"
-    if code == _BINLOG_STATEMENT:
-        return f"READ COMMITTED writes cannot be logged as statements ({said}): set binlog_format to ROW or MIXED"
-    return said
-
-
-def _lost(error: BaseException) -> bool:
-    """Whether ``error`` means the connection is gone (PyMySQL has closed it)."""
-    code = error.args[0] if isinstance(error, pymysql.err.Error) and error.args else None
-    return code in _DROPPED or (isinstance(error, pymysql.err.InterfaceError) and code == 0)
-
-
-def _describe(error: BaseException) -> str:
-    if len(error.args) == 2 and isinstance(error.args[0], int):  # PyMySQL's (code, message)
-        return f"({error.args[0]}) {error.args[1] or type(error).__name__}"
-    return str(error) or type(error).__name__
-
-
-def _address(error: BaseException) -> str:
-    # connect() hides host and port (a partial, a pool) and PyMySQL's messages name the host
-    # at most, but the connection object that raised is in one of the traceback's frames.
-    trace = error.__traceback__
-    while trace is not None:
-        conn = trace.tb_frame.f_locals.get("self")
-        if isinstance(conn, pymysql.connections.Connection):
-            return f"{conn.host}:{conn.port}"
-        trace = trace.tb_next
-    return "the host and port connect() names"
-
-
-def _timed_out(error: BaseException | None) -> bool:
-    while error is not None and not isinstance(error, TimeoutError):
-        error = error.__cause__ or error.__context__
-    return error is not None
