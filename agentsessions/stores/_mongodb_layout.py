@@ -5,7 +5,8 @@ message documents of one random epoch; this module plans those segments, cuts me
 into documents and joins them back. It also holds the conversions every query needs (ids
 to stored keys and sort keys, datetimes to int64 microseconds), the pause between attempts
 of an optimistic write, and the mapping of run records: what a run's save adds to its
-commit, and the record that ``info`` and ``sessions`` report. It does no I/O.
+commit, the updates a steer and a renewal send, and the record that ``info`` and
+``sessions`` report. It does no I/O.
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ import datetime
 import itertools
 import random
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
 from bson.binary import Binary
+from pymongo import UpdateOne
 
 from agentsessions.codec import decode_text, dump_message, encode_text
+from agentsessions.errors import StoreError
 from agentsessions.runs import Claim, Progress, RunState, SessionInfo, Steer, derive_state
 from agentsessions.stores._incremental import SavePlan, new_revision
 
@@ -55,10 +58,22 @@ class State:
 
     def covers(self, earlier: State) -> bool:
         """Whether every message ``earlier`` names is still named here, so none was deleted since."""
+        return self.agrees(earlier) == earlier.length
+
+    def agrees(self, earlier: State) -> int:
+        """How many of the messages ``earlier`` names are, from the first, still named here (none deleted)."""
         if self.revision == earlier.revision:
-            return True
+            return earlier.length
         mine = {(epoch, start): end for epoch, start, end in self.runs()}
-        return all(mine.get((epoch, start), -1) >= end for epoch, start, end in earlier.runs() if end > start)
+        for epoch, start, end in earlier.runs():
+            still = mine.get((epoch, start), start)  # a segment ends after it starts: never below `start`
+            if still < end:
+                return still
+        return earlier.length
+
+    def prefix(self, at: int) -> State:
+        """The part of this transcript before position ``at`` (at least 1): what a fork copies."""
+        return State(self.revision, at, tuple(segment for segment in self.segments if segment[1] < at))
 
     def document(self, now: int) -> dict[str, Any]:
         """The fields a save sets, ``now`` being its time in microseconds."""
@@ -69,6 +84,10 @@ class State:
             "garbage": [{"epoch": e, "start": s} for e, s in self.garbage],
             "updated_at": now,
         }
+
+
+STATE_FIELDS = {"revision": 1, "length": 1, "segments": 1, "garbage": 1}
+"""The fields of a session document that :func:`parse_state` reads."""
 
 
 def parse_state(doc: Mapping[str, Any] | None) -> State | None:
@@ -207,6 +226,7 @@ def index_key(index: Mapping[str, Any]) -> tuple[tuple[tuple[str, Any], ...], bo
 
 RUNNING = RunState.RUNNING.value
 STEER_OVERHEAD = 64  # bytes a steer's seq and field names take in the document, rounded up
+STEER_ROOM = 15 * 1024 * 1024  # pending steers' bytes, under the 16 MB document limit
 
 
 @attrs.frozen
@@ -252,6 +272,46 @@ class RunStep:
             return cls(claim.lease, condition, operators, released, Progress())
         pending = tuple(Steer(s["seq"], decode_text(s["text"])) for s in waiting) if end is not None else ()
         return cls(claim.lease, condition, operators, {}, Progress(cancel, pending))
+
+
+def steer_pipeline(session_id: str, text: Binary, size: int) -> list[Any]:
+    """The update that appends a steer of ``size`` bytes to a session document, numbering it.
+
+    A pipeline, so the steer carries the seq this same update counts to; it also gives a
+    document it creates its sort key.
+    """
+    steer = {"seq": "$steer_seq", "text": {"$literal": text}}
+    return [
+        {"$set": {"steer_seq": {"$add": [{"$ifNull": ["$steer_seq", 0]}, 1]}}},
+        {
+            "$set": {
+                "steers": {"$concatArrays": [{"$ifNull": ["$steers", []]}, [steer]]},
+                "steer_bytes": {"$add": [{"$ifNull": ["$steer_bytes", 0]}, size]},
+                "sort": {"$ifNull": ["$sort", {"$literal": sort_key(session_id)}]},
+            }
+        },
+    ]
+
+
+def too_many_steers(store: str, session_id: str, size: int, waiting: int) -> StoreError:
+    """The error for a steer of ``size`` bytes that ``waiting`` bytes of steers leave no room for."""
+    already = f" on top of the {waiting} bytes already waiting" if waiting else ""
+    return StoreError(
+        f"MongoDB store {store!r} could not add a steer of {size} bytes to session "
+        f"{session_id!r:.80}{already}: pending steers live in the session's document, which MongoDB "
+        f"limits to 16 MB, so at most {STEER_ROOM} bytes of steers can wait at once"
+    )
+
+
+def renewals(claims: Sequence[Claim], now: int) -> list[UpdateOne]:
+    """One update per claim extending its lease from ``now`` (microseconds), if it still holds."""
+    return [
+        UpdateOne(
+            {"_id": key(c.session_id), "token": c.token, "run_state": RUNNING},
+            {"$set": {"lease_expires_at": now + lease_micros(c.lease)}},
+        )
+        for c in claims
+    ]
 
 
 def steers_of(doc: Mapping[str, Any] | None) -> list[Steer]:

@@ -3,7 +3,8 @@
 The library creates no index: create those in :data:`INDEXES` once per database
 (``for name, models in INDEXES.items(): database[name].create_indexes(models)``). Until
 then every call raises :class:`~agentsessions.errors.SchemaMissingError`. It needs
-MongoDB 4.2 or later (``add_steer`` is an update with an aggregation pipeline).
+MongoDB 4.2 or later (``add_steer`` is an update with an aggregation pipeline), and
+``fork`` 4.4 (its ``$merge`` writes into the collection it reads).
 
 Every step another client can observe is one single-document atomic operation, so the
 store needs no multi-document transaction, and works on a standalone ``mongod`` (which
@@ -26,6 +27,9 @@ earlier message writes the rest under a fresh epoch; one that this store object 
 vouch for writes everything under one. Documents no segment names any more are deleted
 after the commit. A reader that raced such a deletion sees the session document change
 under it, and reads again. Two saves of one session at once: the last to commit wins.
+A fork has the server copy the source's messages under a fresh epoch of the new id, checks
+as a reader does that the source still names them, and commits by inserting the new
+session document.
 
 Times (``updated_at``, ``lease_expires_at``) are int64 microseconds since the epoch from
 this CLIENT's clock, because BSON dates keep only milliseconds; leases are compared with
@@ -46,7 +50,7 @@ try:
     from bson.binary import Binary
     from bson.codec_options import DEFAULT_CODEC_OPTIONS
     from bson.errors import BSONError
-    from pymongo import DeleteMany, ReturnDocument, UpdateOne
+    from pymongo import DeleteMany, ReturnDocument
     from pymongo.collection import Collection
     from pymongo.database import Database
     from pymongo.errors import BulkWriteError, DuplicateKeyError, PyMongoError
@@ -74,11 +78,14 @@ from agentsessions.runs import (
     superseded,
     utcnow,
 )
-from agentsessions.session import check_session_id, check_steer
+from agentsessions.session import check_fork_at, check_session_id, check_steer
 from agentsessions.stores._incremental import KnownSessions, SavePlan, new_revision, plan_save
+from agentsessions.stores._mongodb_fork import PrefixCopy, forked, taken
 from agentsessions.stores._mongodb_layout import (
     RUNNING,
+    STATE_FIELDS,
     STEER_OVERHEAD,
+    STEER_ROOM,
     RunStep,
     State,
     after,
@@ -96,10 +103,13 @@ from agentsessions.stores._mongodb_layout import (
     moment,
     next_state,
     parse_state,
+    renewals,
     revision_is,
     sort_key,
+    steer_pipeline,
     steers_of,
     text_of,
+    too_many_steers,
 )
 
 __all__ = ["COUNTERS", "INDEXES", "MESSAGES", "PAGE_SIZE", "SESSIONS", "MongoStore"]
@@ -153,16 +163,17 @@ PAGE_SIZE = 500
 #   renew       bulk_write of one update per claim; find the sessions' tokens and cancel flags
 #   delete      find_one session; delete_one session if its revision is still the one read
 #               (the commit); bulk_write a delete_many per epoch it named
+#   fork        find_one source and new session; per run of the source's segments, an
+#               aggregate ending in $merge; find_one source again; insert_one new session
+#               (the commit). If a save raced it: delete_many the copies it outdated, copy again
 
-_STATE_FIELDS = {"revision": 1, "length": 1, "segments": 1, "garbage": 1}
-_RUN_FIELDS = {**_STATE_FIELDS, "token": 1, "run_state": 1, "cancel_requested": 1, "steers": 1, "steer_seq": 1}
+_RUN_FIELDS = {**STATE_FIELDS, "token": 1, "run_state": 1, "cancel_requested": 1, "steers": 1, "steer_seq": 1}
 _INFO_FIELDS = dict.fromkeys(
     ("sort", "length", "updated_at", "run_state", "holder", "lease_expires_at", "cancel_requested", "steers.seq"), 1
 )  # steers.seq: their count without their text
 _BODY_FIELDS = {"_id": 0, "position": 1, "chunk": 1, "chunks": 1, "body": 1}
 _ORDER = [("updated_at", -1), ("sort", -1)]
 _FOREVER = 2**63 - 1  # `updated_at < this` holds for every saved session and no other
-_STEER_ROOM = 15 * 1024 * 1024  # pending steers' bytes, under the 16 MB document limit
 
 
 class MongoStore:
@@ -197,7 +208,7 @@ class MongoStore:
         stored = key(session_id)
         with self._errors("save the transcript", session_id):
             for _ in attempts(self._timeout):
-                old = parse_state(self._sessions.find_one({"_id": stored}, _STATE_FIELDS))
+                old = parse_state(self._sessions.find_one({"_id": stored}, STATE_FIELDS))
                 revision = self._try_save(plan, stored, old)
                 if revision is not None:
                     self._known.remember(session_id, revision, plan.messages)
@@ -210,7 +221,7 @@ class MongoStore:
         stored = key(session_id)
         with self._errors("read the transcript", session_id):
             for _ in attempts(self._timeout):
-                state = parse_state(self._sessions.find_one({"_id": stored}, _STATE_FIELDS))
+                state = parse_state(self._sessions.find_one({"_id": stored}, STATE_FIELDS))
                 if state is None:
                     return []
                 loaded = self._read(stored, state)
@@ -228,8 +239,8 @@ class MongoStore:
         check_session_id(session_id)
         data = encode_text(check_steer(text))
         size = len(data) + STEER_OVERHEAD
-        if size > _STEER_ROOM:
-            raise self._too_many_steers(session_id, size, 0)
+        if size > STEER_ROOM:
+            raise too_many_steers(self.database.name, session_id, size, 0)
         stored = key(session_id)
         with self._errors("add a steer", session_id):
             for _ in attempts(self._timeout):
@@ -237,8 +248,8 @@ class MongoStore:
                 if state is not None:
                     return state
                 waiting = self._sessions.find_one({"_id": stored}, {"steer_bytes": 1})
-                if waiting is not None and waiting.get("steer_bytes", 0) + size > _STEER_ROOM:
-                    raise self._too_many_steers(session_id, size, waiting["steer_bytes"])
+                if waiting is not None and waiting.get("steer_bytes", 0) + size > STEER_ROOM:
+                    raise too_many_steers(self.database.name, session_id, size, waiting["steer_bytes"])
         raise self._gave_up("add a steer", session_id, "its document kept being created and deleted")
 
     def take_steers(self, session_id: str) -> list[str]:
@@ -298,7 +309,7 @@ class MongoStore:
         stored = key(session_id)
         with self._errors("delete", session_id):
             for _ in attempts(self._timeout):
-                doc = self._sessions.find_one({"_id": stored}, _STATE_FIELDS)
+                doc = self._sessions.find_one({"_id": stored}, STATE_FIELDS)
                 if doc is None:
                     return False
                 # Only the transcript read may go, so that its epochs are all there is to delete.
@@ -318,6 +329,35 @@ class MongoStore:
         with self._errors("cancel the run", session_id):
             live = {"_id": key(session_id), "run_state": RUNNING, "lease_expires_at": {"$gt": micros(utcnow())}}
             return self._sessions.update_one(live, {"$set": {"cancel_requested": True}}).matched_count == 1
+
+    def fork(self, session_id: str, new_id: str, *, at: int | None = None) -> None:
+        """Copy the first ``at`` messages (all when ``None``) into a new session, idle with no steers.
+
+        The server copies the message documents under a fresh epoch of ``new_id``, where no
+        reader looks; inserting the new session document commits the fork. What a save of
+        the source deletes meanwhile is copied again. Raises :class:`ConflictError` if ``new_id``
+        has a document (a transcript, steers or a run), ``ValueError`` for an ``at``
+        outside ``0..length``.
+        """
+        check_session_id(session_id), check_session_id(new_id)
+        with suppress(ValueError):
+            check_fork_at(at, 0)  # a TypeError before any I/O; the range once the length is read
+        source, target = key(session_id), key(new_id)
+        with self._errors("fork the transcript", session_id):
+            state = parse_state(self._sessions.find_one({"_id": source}, STATE_FIELDS))
+            check_fork_at(at, state.length if state else 0)  # before the conflict, as the SQL stores
+            if self._sessions.find_one({"_id": target}, {"_id": 1}) is not None:
+                raise taken(new_id)  # found before copying anything; the insert below checks again
+            copies = PrefixCopy(self._sessions, self._messages, source, target)
+            made = copies.make(state, at, attempts(self._timeout))
+            if made is None:
+                raise self._gave_up("fork the transcript", session_id, "saves kept changing it while it was copied")
+            epoch, length = made
+            try:
+                self._sessions.insert_one(forked(target, new_id, length, epoch, micros(utcnow())))
+            except DuplicateKeyError:  # created since the check: by a save, a steer, a claim or a fork
+                copies.drop(epoch)
+                raise taken(new_id) from None
 
     # --- Holding a run ---------------------------------------------------------------------
 
@@ -386,17 +426,7 @@ class MongoStore:
             if not isinstance(claim, Claim):
                 raise TypeError(f"renew takes Claims, got {type(claim).__name__}")
         with self._errors(f"renew the leases of {len(claims)} runs", None):
-            now = micros(utcnow())
-            self._sessions.bulk_write(
-                [
-                    UpdateOne(
-                        {"_id": key(c.session_id), "token": c.token, "run_state": RUNNING},
-                        {"$set": {"lease_expires_at": now + lease_micros(c.lease)}},
-                    )
-                    for c in claims
-                ],
-                ordered=False,
-            )
+            self._sessions.bulk_write(renewals(claims, micros(utcnow())), ordered=False)
             ids = list({key(c.session_id) for c in claims})
             found = self._sessions.find({"_id": {"$in": ids}}, {"token": 1, "run_state": 1, "cancel_requested": 1})
             records = {text_of(doc["_id"]): doc for doc in found}
@@ -475,7 +505,7 @@ class MongoStore:
             return []
         runs = [run for run in state.runs() if run[2] > run[1]]
         docs = [doc for run in runs for doc in self._messages.find(in_run(stored, *run), _BODY_FIELDS)]
-        after = parse_state(self._sessions.find_one({"_id": stored}, _STATE_FIELDS))
+        after = parse_state(self._sessions.find_one({"_id": stored}, STATE_FIELDS))
         # A stale writer may re-insert a key that was deleted, so a complete read proves
         # nothing by itself; the state still naming every message read does.
         if after is None or not after.covers(state):
@@ -489,24 +519,8 @@ class MongoStore:
 
     def _push_steer(self, session_id: str, stored: object, text: Binary, size: int) -> RunState | None:
         """Append a steer with the next seq if the steers waiting leave room; the state then, or ``None``."""
-        # A pipeline, so the steer carries the seq this same update counts to; the filter
-        # leaves room under the 16 MB limit.
-        pipeline: list[dict[str, Any]] = [
-            {"$set": {"steer_seq": {"$add": [{"$ifNull": ["$steer_seq", 0]}, 1]}}},
-            {
-                "$set": {
-                    "steers": {
-                        "$concatArrays": [
-                            {"$ifNull": ["$steers", []]},
-                            [{"seq": "$steer_seq", "text": {"$literal": text}}],
-                        ]
-                    },
-                    "steer_bytes": {"$add": [{"$ifNull": ["$steer_bytes", 0]}, size]},
-                    "sort": {"$ifNull": ["$sort", {"$literal": sort_key(session_id)}]},
-                }
-            },
-        ]
-        room = {"_id": stored, "steer_bytes": {"$not": {"$gt": _STEER_ROOM - size}}}
+        pipeline = steer_pipeline(session_id, text, size)  # the filter leaves room under the 16 MB limit
+        room = {"_id": stored, "steer_bytes": {"$not": {"$gt": STEER_ROOM - size}}}
         doc = self._sessions.find_one_and_update(
             room, pipeline, projection={"run_state": 1, "lease_expires_at": 1}, return_document=ReturnDocument.AFTER
         )
@@ -543,14 +557,6 @@ class MongoStore:
         raise StoreError(f"MongoStore({self.database.name!r}) could not count a token in {COUNTERS!r}")
 
     # --- Errors and indexes ----------------------------------------------------------------
-
-    def _too_many_steers(self, session_id: str, size: int, waiting: int) -> StoreError:
-        already = f" on top of the {waiting} bytes already waiting" if waiting else ""
-        return StoreError(
-            f"MongoDB store {self.database.name!r} could not add a steer of {size} bytes to session "
-            f"{session_id!r:.80}{already}: pending steers live in the session's document, which MongoDB "
-            f"limits to 16 MB, so at most {_STEER_ROOM} bytes of steers can wait at once"
-        )
 
     def _gave_up(self, action: str, session_id: str, why: str) -> StoreError:
         return StoreError(

@@ -1,0 +1,103 @@
+"""How :meth:`agentsessions.stores.mongodb.MongoStore.fork` copies messages; private to it.
+
+The server copies them: one aggregation per run of the source's segments, ``$match`` on
+the run, ``$set`` of the new session id and epoch, ``$merge`` back into the messages
+collection (``$merge`` into the collection it reads needs MongoDB 4.4). No message body
+passes through this process. The copies go under a fresh epoch of the new session, where
+no reader looks until the new session document names it; that insert is the commit, and
+the caller's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from contextlib import suppress
+from typing import Any
+
+import attrs
+from pymongo.collection import Collection
+from pymongo.errors import PyMongoError
+
+from agentsessions.errors import ConflictError
+from agentsessions.session import check_fork_at
+from agentsessions.stores._incremental import new_revision
+from agentsessions.stores._mongodb_layout import STATE_FIELDS, State, in_run, parse_state, sort_key
+
+Documents = Collection[dict[str, Any]]
+
+
+def copy_pipeline(collection: str, source: object, run: tuple[int, int, int], target: object, epoch: int) -> list[Any]:
+    """The aggregation that copies one run of ``source``'s messages, every chunk, to ``target`` under ``epoch``.
+
+    Each copy gets a fresh ``_id``, so ``$merge`` only inserts. The copies have another
+    session id, so the ``$match`` never reads what the same ``$merge`` wrote.
+    """
+    return [
+        {"$match": in_run(source, *run)},
+        {"$set": {"session_id": {"$literal": target}, "epoch": {"$literal": epoch}}},
+        {"$project": {"_id": 0}},
+        {"$merge": {"into": collection, "whenMatched": "fail", "whenNotMatched": "insert"}},
+    ]
+
+
+def forked(key: object, session_id: str, length: int, epoch: int, now: int) -> dict[str, Any]:
+    """The session document a fork commits: ``length`` messages, all under ``epoch``; idle, no steers."""
+    return {"_id": key, "sort": sort_key(session_id), **State(new_revision(), length, ((epoch, 0),)).document(now)}
+
+
+def taken(new_id: str) -> ConflictError:
+    """The error of a fork into an id that has a session document."""
+    return ConflictError(f"cannot fork into session {new_id!r:.80}: it exists")
+
+
+@attrs.frozen
+class PrefixCopy:
+    """The copies that a fork of ``source`` into ``target`` has the server make."""
+
+    sessions: Documents
+    messages: Documents
+    source: object
+    target: object
+
+    def make(self, state: State | None, at: int | None, tries: Iterable[object]) -> tuple[int, int] | None:
+        """Copy the source's first ``at`` messages (all when ``None``) under a fresh epoch: (epoch, how many).
+
+        ``state`` is the source's transcript as just read. After copying, it reads the
+        source's session document again, as a reader does (a stale writer may re-insert a
+        deleted key, so a complete copy proves nothing by itself). If a save deleted some
+        of what it copied meanwhile, the copies still right stay, and the rest are deleted
+        and copied again from the transcript now stored, so that a run's saves, which
+        mostly change only the end, do not starve a fork. ``None``, with every copy
+        removed, when saves kept changing it through all ``tries``.
+        """
+        epoch, kept, written = new_revision(), 0, 0  # copies below `kept` are right; none from `written` on
+        try:
+            for _ in tries:
+                length = check_fork_at(at, state.length if state else 0)
+                if written > kept:
+                    self.messages.delete_many({"session_id": self.target, "epoch": epoch, "position": {"$gte": kept}})
+                if state is None or not length:
+                    return epoch, 0
+                wanted = state.prefix(length)
+                for run, start, end in wanted.runs():
+                    if end > max(start, kept):
+                        self._copy((run, max(start, kept), end), epoch)
+                written = length
+                state = parse_state(self.sessions.find_one({"_id": self.source}, STATE_FIELDS))
+                if state is not None and state.covers(wanted):
+                    return epoch, length
+                kept = state.agrees(wanted) if state is not None else 0
+        except BaseException:
+            self.drop(epoch)
+            raise
+        self.drop(epoch)
+        return None
+
+    def _copy(self, run: tuple[int, int, int], epoch: int) -> None:
+        self.messages.aggregate(copy_pipeline(self.messages.name, self.source, run, self.target, epoch))
+
+    def drop(self, epoch: int) -> None:
+        """Remove the copies under ``epoch``, which no session document names, as far as the server lets it."""
+        # Tidying only: a failure here leaves them behind rather than hide why the fork stopped.
+        with suppress(PyMongoError):
+            self.messages.delete_many({"session_id": self.target, "epoch": epoch})
