@@ -12,17 +12,22 @@ single astral character, so ``"\\ud83d\\ude00"`` (two code points) would come ba
 instead: text as JSON strings, each surrogate as its code point, an integer, so
 ``"x\\ud83d\\ude00y"`` is ``["x",55357,56832,"y"]``. Every other field stays a plain JSON
 string. Version 1 wrote surrogates as escapes; it is still read, with JSON's meaning.
+
+Reading decodes with orjson when it is installed, and with the stdlib otherwise: orjson
+returns the same strings and takes a third of the time, but refuses a ``\\udXXX`` escape
+of a lone surrogate (which version 1 rows may hold) and anything else that is not strict
+JSON, and such text is decoded again by the stdlib, whose result or error is the one used.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentsessions.errors import FormatError
-from agentsessions.messages import Content, ContentType, Message, check_transcript
+from agentsessions.messages import Content, Message, check_transcript
 
 FORMAT_VERSION = 2
 _PIECES_SINCE = 2  # the first version that writes a field with surrogates as a list of pieces
@@ -30,7 +35,25 @@ _TEXT_FIELDS = ("text", "id", "name", "input", "tool_use_id")
 _SURROGATE = re.compile("([\ud800-\udfff])")
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False).encode
-_decode = json.JSONDecoder().decode
+_stdlib_decode = json.JSONDecoder().decode
+
+_fast_decode: Callable[[str | bytes], Any] | None
+try:
+    from orjson import loads as _orjson_loads  # type: ignore[import-not-found, unused-ignore]
+except ImportError:  # the stdlib alone gives the same results, slower
+    _fast_decode = None
+else:
+    _fast_decode = _orjson_loads
+
+
+def _decode(text: str | bytes) -> Any:
+    """The JSON value in ``text``: orjson's when it accepts the text, else the stdlib's (see the module docstring)."""
+    if _fast_decode is not None:
+        try:
+            return _fast_decode(text)
+        except ValueError:  # orjson.JSONDecodeError: a lone surrogate escape, or not strict JSON
+            pass
+    return _stdlib_decode(text if isinstance(text, str) else text.decode())
 
 
 def _content_obj(block: Content) -> dict[str, Any]:
@@ -96,7 +119,7 @@ def dump_message(message: Message) -> str:
 def _parse(text: str | bytes, what: str) -> tuple[dict[str, Any], int]:
     """The JSON object in ``text`` and its format version."""
     try:
-        obj = _decode(text if isinstance(text, str) else text.decode())
+        obj = _decode(text)
     except (ValueError, UnicodeDecodeError) as error:
         raise FormatError(f"{what} is not JSON written by agentsessions: {error}") from error
     except RecursionError as error:
@@ -123,20 +146,19 @@ def _joined(pieces: list[Any], name: str) -> str:
 
 
 def _content(obj: dict[str, Any], version: int) -> Content:
-    if version >= _PIECES_SINCE:
-        for value in obj.values():
-            if type(value) is list:  # rare: a field holding surrogates, spelled as pieces
-                obj = {k: _joined(v, k) if type(v) is list and k in _TEXT_FIELDS else v for k, v in obj.items()}
-                break
-    return Content(
-        ContentType(obj["type"]),
-        text=obj.get("text", ""),
-        id=obj.get("id", ""),
-        name=obj.get("name", ""),
-        input=obj.get("input", ""),
-        tool_use_id=obj.get("tool_use_id", ""),
-        is_error=obj.get("is_error", False),
-    )
+    get = obj.get
+    try:
+        # Positional, and the type left to Content's converter: this runs once per stored block.
+        return Content(
+            obj["type"], get("text", ""), get("id", ""), get("name", ""), get("input", ""), get("tool_use_id", ""),
+            get("is_error", False),
+        )
+    except TypeError:
+        # Rare: a field holding surrogates, spelled as pieces (a list), which the str check refuses.
+        if version < _PIECES_SINCE or not any(type(obj.get(name)) is list for name in _TEXT_FIELDS):
+            raise
+    joined = {k: _joined(v, k) if type(v) is list and k in _TEXT_FIELDS else v for k, v in obj.items()}
+    return _content(joined, version)
 
 
 def _message(obj: dict[str, Any], version: int, what: str) -> Message:

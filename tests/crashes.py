@@ -40,6 +40,9 @@ TOOL_ROUNDS = 4  # the scripted model calls the tool this many times, then answe
 LEASE = 0.6
 FIRST = "go"
 EVENT_SECONDS = 30.0  # a runner silent for this long is taken for stuck, and the trial fails
+# After a kill: the lease lapses (STALLED), or the run had released its session (FINISHED)
+# just before, since the kill lands a few milliseconds after the last event the test read.
+SETTLED = (agent.RunState.STALLED, agent.RunState.FINISHED)
 
 
 def context() -> multiprocessing.context.ForkServerContext:
@@ -120,16 +123,18 @@ def runner_process(
     journal: bool = False,
     go: Any = None,
     answer_when: Any = None,
+    gate_round: int = 0,
 ) -> None:
     """Run the conversation (or resume it, when the store has it), reporting every event's name.
 
     With ``go`` (an Event), start fresh when it is set, as one of several processes at once;
-    with ``answer_when`` (an Event), the model answers only once it is set. The test may
-    kill this at any instant.
+    with ``answer_when`` (an Event), the model's answer in round ``gate_round`` waits until
+    it is set. The test may kill this at any instant.
     """
 
     def answer(request: agent.ModelRequest) -> agent.Message:
-        if answer_when is not None:
+        rounds = sum(1 for m in request.messages if m.role is agent.Role.ASSISTANT)
+        if answer_when is not None and rounds == gate_round:
             answer_when.wait(EVENT_SECONDS)
         return reply(request)
 
@@ -317,11 +322,8 @@ def one_trial(
         assert runner.exitcode == -signal.SIGKILL, runner.exitcode
         tally.killed += 1
         tally.kill_points[last] += 1
-        # The kill lands a few milliseconds after the last event the test read, so the run may
-        # have released its session (FINISHED) just before it; otherwise the lease must lapse.
-        settled = (agent.RunState.STALLED, agent.RunState.FINISHED)
         try:
-            wait_until(lambda: store.info(session_id).state in settled, "the session to stall")
+            wait_until(lambda: store.info(session_id).state in SETTLED, "the session to stall")
         except AssertionError as error:
             raise AssertionError(f"{error}: {store.info(session_id)} (killed after {seen} events, {last})") from None
     account(store, session_id, steers, tally)
@@ -381,9 +383,10 @@ def start_runner(
     journal: bool = False,
     go: Any = None,
     answer_when: Any = None,
+    gate_round: int = 0,
 ) -> tuple[multiprocessing.process.BaseProcess, Connection]:
     events, child_end = ctx.Pipe(duplex=False)
-    args = (opener, session_id, replica, side_effects, child_end, journal, go, answer_when)
+    args = (opener, session_id, replica, side_effects, child_end, journal, go, answer_when, gate_round)
     runner = ctx.Process(target=runner_process, args=args)
     runner.start()
     child_end.close()
@@ -468,15 +471,21 @@ def takeover(
 ) -> list[str]:
     session_id = f"takeover-{os.getpid()}-{rng.getrandbits(32):08x}-{trial}"
     steers = [f"steer {trial}.{k}" for k in range(3)]
-    hung, hung_events = start_runner(ctx, opener, session_id, "hung", side_effects)
-    stop_at = rng.randint(1, TOOL_ROUNDS)
+    # Hang it inside a random one of its model requests, where it holds no database lock: the
+    # model waits there until the test has stopped the process (events are read late, so
+    # without the gate the run could be over before the stop arrives).
+    stop_at, answer = rng.randint(1, TOOL_ROUNDS), ctx.Event()
+    hung, hung_events = start_runner(
+        ctx, opener, session_id, "hung", side_effects, answer_when=answer, gate_round=stop_at - 1
+    )
     requests = 0
-    while requests < stop_at:  # hang it inside a model request, where it holds no database lock
+    while requests < stop_at:
         assert hung_events.poll(EVENT_SECONDS)
         event = hung_events.recv()
         assert not isinstance(event, tuple), event
         requests += event == "ModelRequested"
     os.kill(hung.pid or 0, signal.SIGSTOP)
+    answer.set()  # it answers as soon as it runs again
     try:
         peer.steer(session_id, steers[0])
         peer.settle()
@@ -574,8 +583,7 @@ def journal_conversation(
             assert ended == ("finished", "end_turn"), ended
             break
         tally.kills += 1
-        settled = (agent.RunState.STALLED, agent.RunState.FINISHED)  # it may have released just before
-        wait_until(lambda: store.info(session_id).state in settled, "the killed run's lease to lapse")
+        wait_until(lambda: store.info(session_id).state in SETTLED, "the killed run's lease to lapse")
     else:
         raise AssertionError("no resume finished in 50 attempts")
     tally.resumes_completed += 1

@@ -1,0 +1,55 @@
+"""The codec's fast decoder (orjson, when installed) reads exactly what the stdlib reads, surrogates included."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import agentsessions as agent
+from agentsessions import codec
+
+# Any code point, surrogates included, so lone and adjacent pairs of them come up.
+texts = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF), max_size=40)
+needs_fast = pytest.mark.skipif(codec._fast_decode is None, reason="orjson is not installed: the stdlib decodes alone")
+
+
+@needs_fast
+@given(texts, st.booleans())
+def test_a_json_string_decodes_as_the_stdlib_decodes_it(text: str, ascii_only: bool) -> None:
+    written = json.dumps({"v": 1, "text": text}, ensure_ascii=ascii_only)
+    assert codec._decode(written) == json.loads(written)
+    if not ascii_only and text == text.encode("utf-8", "surrogatepass").decode("utf-8", "replace"):
+        assert codec._decode(written.encode()) == json.loads(written)
+
+
+@needs_fast
+@pytest.mark.parametrize(
+    "escaped",
+    ['"\\ud800"', '"\\udc00\\ud800"', '"\\ud83d\\ude00"', '"x\\ud83dy"', '"\\u0000\\uffff\\ufffe"', '"\\udfff\\udbff"'],
+)
+def test_surrogate_escapes_decode_as_the_stdlib_decodes_them(escaped: str) -> None:
+    assert codec._decode(escaped) == json.loads(escaped)
+
+
+@given(texts, texts)
+def test_a_message_comes_back_verbatim(text: str, name: str) -> None:
+    message = agent.Message(
+        agent.Role.ASSISTANT, [agent.Content.of_text(text), agent.Content.tool_use(name or "x", "add", text)]
+    )
+    assert codec.load_message(codec.dump_message(message)) == message
+    assert codec.load_message(codec.dump_message(message).encode("utf-8")) == message
+
+
+def test_a_version_1_row_with_a_lone_surrogate_escape_reads_with_json_meaning() -> None:
+    row = '{"v":1,"role":"user","content":[{"type":"text","text":"a\\ud800b\\ud83d\\ude00"}]}'
+    assert codec.load_message(row) == agent.Message.user("a\ud800b\U0001f600")
+
+
+def test_foreign_text_the_fast_decoder_refuses_is_still_a_format_error() -> None:
+    with pytest.raises(agent.FormatError):
+        codec.load_message('{"v": NaN}')
+    with pytest.raises(agent.FormatError):
+        codec.load_message(b"\xff")
