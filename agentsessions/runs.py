@@ -147,6 +147,19 @@ def check_updated_before(value: object) -> datetime.datetime | None:
     return value
 
 
+def check_end(end: object) -> RunState | None:
+    """The state ``save_run(end=...)`` releases a session in: ``None``, or one of :data:`ENDINGS`."""
+    if end is None:
+        return None
+    try:
+        state = RunState(end) if isinstance(end, str) else None
+    except ValueError:
+        state = None
+    if state is None or state not in ENDINGS:
+        raise ValueError(f"a run ends FINISHED, CANCELLED or FAILED (end=None keeps it), got {end!r:.80}")
+    return state
+
+
 def check_lease(lease: object) -> float:
     """A lease in seconds: a finite number above zero."""
     if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not 0 < lease < 10**9:

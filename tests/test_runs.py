@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import wait_for
-from scripts import call, double, echo_last_result
+from scripts import FailsAfterFirstSave, call, double, echo_last_result
 
 import agentsessions as agent
 from agentsessions.endpoints import ScriptedEndpoint
@@ -202,20 +202,8 @@ def test_cancel_from_another_replica_stops_before_the_next_tool_call() -> None:
     assert agent.open("s", store).cancel() is False  # no run holds it any more
 
 
-class BrokenAfterFirstSave(MemoryStore):
-    def __init__(self) -> None:
-        super().__init__()
-        self.saves = 0
-
-    def save_run(self, claim: Claim, messages: Sequence[agent.Message], **options: Any) -> Progress:
-        self.saves += 1
-        if self.saves > 1:
-            raise agent.StoreError("the database went away")
-        return super().save_run(claim, messages, **options)
-
-
 def test_box_steers_in_no_save_are_reported_unapplied_and_store_steers_stay_pending() -> None:
-    store = BrokenAfterFirstSave()
+    store = FailsAfterFirstSave()
     holder: list[agent.Run] = []
 
     @agent.tool

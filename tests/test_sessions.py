@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from conftest import wait_for
-from scripts import call, double, echo_last_result
+from scripts import FailsAfterFirstSave, call, double, echo_last_result
 
 import agentsessions as agent
 from agentsessions import events as ev
@@ -222,22 +222,8 @@ def test_a_run_that_dies_mid_step_resumes_from_the_step_before_and_redoes_it(tmp
     assert log.read_text() == "hi\nhi\n"  # the documented cost: the tool ran twice
 
 
-class FailingStore(MemoryStore):
-    """A memory store whose database went away after the first save."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.saves = 0
-
-    def save_run(self, claim: Claim, messages: Sequence[agent.Message], **options: Any) -> Progress:
-        self.saves += 1
-        if self.saves > 1:
-            raise agent.StoreError("the database went away")
-        return super().save_run(claim, messages, **options)
-
-
 def test_a_failing_store_fails_the_run_with_the_partial_result() -> None:
-    store = FailingStore()
+    store = FailsAfterFirstSave()
     endpoint = ScriptedEndpoint([call("double", n=2), echo_last_result])
     with pytest.raises(agent.RunError, match="step 2") as failure:
         agent.Runner().run(agent.Spec(tools=[double], session=agent.open("s", store)), [USER], endpoint)

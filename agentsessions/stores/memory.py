@@ -16,7 +16,6 @@ import attrs
 from agentsessions.errors import ConflictError
 from agentsessions.messages import Message, check_transcript, transcript_list
 from agentsessions.runs import (
-    ENDINGS,
     Claim,
     Progress,
     Renewal,
@@ -24,6 +23,7 @@ from agentsessions.runs import (
     SessionInfo,
     Steer,
     busy,
+    check_end,
     check_lease,
     check_updated_before,
     derive_state,
@@ -225,8 +225,7 @@ class MemoryStore:
         unless_steered: bool = False,
     ) -> Progress:
         """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``."""
-        if end is not None and RunState(end) not in ENDINGS:
-            raise ValueError(f"a run ends FINISHED, CANCELLED or FAILED, got {end!r:.80}")
+        end = check_end(end)
         entry = self._sessions.get(claim.session_id)
         if entry is None:
             raise superseded(claim)

@@ -63,7 +63,6 @@ from agentsessions.codec import encode_text, load_message
 from agentsessions.errors import SchemaMissingError, StoreError
 from agentsessions.messages import Message
 from agentsessions.runs import (
-    ENDINGS,
     Claim,
     Progress,
     Renewal,
@@ -71,6 +70,7 @@ from agentsessions.runs import (
     SessionInfo,
     Steer,
     busy,
+    check_end,
     check_lease,
     check_updated_before,
     derive_state,
@@ -401,8 +401,7 @@ class MongoStore:
         """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``."""
         if not isinstance(claim, Claim):
             raise TypeError(f"claim must be a Claim, got {type(claim).__name__}")
-        if end is not None and end not in ENDINGS:
-            raise ValueError(f"end must be one of {sorted(ENDINGS)} or None, got {end!r:.80}")
+        end = check_end(end)
         plan, gone = plan_save(self._known, claim.session_id, messages), frozenset(taken)
         stored = key(claim.session_id)
         with self._errors("save the transcript", claim.session_id):

@@ -41,7 +41,7 @@ from agentsessions import runs
 from agentsessions.codec import decode_text, encode_text, load_message
 from agentsessions.errors import ConflictError, SchemaMissingError, StoreError
 from agentsessions.messages import Message
-from agentsessions.runs import UTC, Claim, Progress, Renewal, RunState, SessionInfo, Steer
+from agentsessions.runs import UTC, Claim, Progress, Renewal, RunState, SessionInfo, Steer, check_end
 from agentsessions.session import check_fork_at, check_session_id, check_steer
 from agentsessions.stores._incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores._mysql_errors import describe, duplicate_key, explain, lost, schema_missing
@@ -416,6 +416,7 @@ class MySQLStore:
         unless_steered: bool = False,
     ) -> Progress:
         """Save as the holder of ``claim`` in one transaction, deleting the ``taken`` steers; release with ``end``."""
+        end = check_end(end)
         plan = plan_save(self._known, claim.session_id, messages)
         revision, key = new_revision(), encode_text(claim.session_id)
         rows = _rows(plan, key, plan.shared)
@@ -431,7 +432,7 @@ class MySQLStore:
             if end is not None and unless_steered:
                 cur.execute(_SELECT_STEERS, (key,))
                 pending = tuple(Steer(seq, decode_text(text)) for seq, text in cur.fetchall())
-            release = None if end is None or pending else RunState(end).value
+            release = None if end is None or pending else end.value
             cur.execute(_UPDATE_RUN, (revision, len(plan.messages), release, release, key))
         self._known.remember(claim.session_id, revision, plan.messages)
         return Progress() if release else Progress(record.cancel_requested, pending)

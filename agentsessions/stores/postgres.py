@@ -70,6 +70,7 @@ from agentsessions.runs import (
     SessionInfo,
     Steer,
     busy,
+    check_end,
     check_lease,
     check_updated_before,
     derive_state,
@@ -399,9 +400,7 @@ class PostgresStore:
     ) -> Progress:
         """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``."""
         plan = plan_save(self._known, claim.session_id, messages)
-        ending = None if end is None else RunState(end)
-        if ending is not None and ending not in ENDINGS:
-            raise ValueError(f"a run ends FINISHED, CANCELLED or FAILED, got {end!r:.80}")
+        ending = check_end(end)
         revision, key, gone = new_revision(), encode_text(claim.session_id), [int(seq) for seq in taken]
         values = {"revision": revision, "length": len(plan.messages), "id": key, "unless": bool(unless_steered)}
         with self._transaction("save the run", claim.session_id) as conn:

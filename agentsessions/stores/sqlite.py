@@ -37,6 +37,7 @@ from agentsessions.runs import (
     SessionInfo,
     Steer,
     busy,
+    check_end,
     check_lease,
     check_updated_before,
     derive_state,
@@ -327,9 +328,7 @@ class SQLiteStore:
     ) -> Progress:
         """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``."""
         plan = plan_save(self._known, claim.session_id, messages)
-        ending = None if end is None else RunState(end)
-        if ending is not None and ending not in ENDINGS:
-            raise ValueError(f"a run ends FINISHED, CANCELLED or FAILED, got {end!r:.80}")
+        ending = check_end(end)
         revision, key = new_revision(), encode_text(claim.session_id)
         with self._errors("save the run", claim.session_id), self._transaction() as db:
             row = db.execute(_SELECT_RUN, (key,)).fetchone()
