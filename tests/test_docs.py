@@ -19,13 +19,19 @@ import pymongo
 import pymysql
 import pytest
 from conftest import MONGODB_URI, MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, POSTGRES_DSN, require_server
+from fake_anthropic import FakeAnthropic, Reply, text, tool_use
 
 from agentsessions.stores import mysql
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 BLOCKS: list[str] = re.findall(r"^```python\n(.*?)^```", README, re.MULTILINE | re.DOTALL)
-SERVER_MARKS = {"PostgreSQL": "postgres.SCHEMA", "MariaDB": "mysql.SCHEMA", "MongoDB": "mongodb.INDEXES"}
+SERVER_MARKS = {
+    "PostgreSQL": "postgres.SCHEMA",
+    "MariaDB": "mysql.SCHEMA",
+    "MongoDB": "mongodb.INDEXES",
+    "Anthropic": 'AnthropicEndpoint("claude-sonnet-4-5", stream=True)',
+}
 
 
 def _server_of(block: str) -> str | None:
@@ -105,6 +111,17 @@ def test_the_mongodb_block_runs() -> None:
         with pymongo.MongoClient(uri) as client:
             assert "agentsessions_messages_key" in client[database]["agentsessions_messages"].index_information()
             client.drop_database(database)
+
+
+def test_the_streaming_block_runs_against_a_local_server_with_the_wire_format(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    script = [Reply([tool_use("toolu_1", "local_time", {"city": "Oslo"})]), Reply([text("It is 14:05 in Oslo.")])]
+    with FakeAnthropic(script, api_key="sk-ant-readme") as server:
+        options = f'stream=True, api_key="sk-ant-readme", base_url="{server.origin}"'
+        local = f'AnthropicEndpoint("claude-sonnet-4-5", {options})'
+        _run(_block_for("Anthropic"), "streaming", {'AnthropicEndpoint("claude-sonnet-4-5", stream=True)': local})
+    assert capsys.readouterr().out.endswith("It is 14:05 in Oslo.")
 
 
 def test_ci_runs_the_readme_test_command() -> None:
