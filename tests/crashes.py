@@ -485,7 +485,6 @@ def takeover(
         assert not isinstance(event, tuple), event
         requests += event == "ModelRequested"
     os.kill(hung.pid or 0, signal.SIGSTOP)
-    answer.set()  # it answers as soon as it runs again
     try:
         peer.steer(session_id, steers[0])
         peer.settle()
@@ -496,6 +495,9 @@ def takeover(
         taker.join(10)
     finally:
         os.kill(hung.pid or 0, signal.SIGCONT)
+        # Only now: setting a multiprocessing Event waits for its waiters to wake, and a
+        # stopped process never does.
+        answer.set()
     peer.steer(session_id, steers[2])
     woke = outcome(hung_events)
     hung.join(10)
