@@ -35,6 +35,9 @@ from agentsessions.codec import encode_text
 from agentsessions.runs import Renewal
 from agentsessions.stores import postgres, storetest
 
+# What a bounded call may take beyond its timeout on a loaded machine: the bound is the
+# behaviour under test (an answer within the store's timeout), the slack is scheduling.
+SLACK = 1.5
 Pool = ConnectionPool[Any]
 
 
@@ -262,7 +265,7 @@ def test_a_lock_held_elsewhere_ends_in_the_servers_own_error_and_the_connection_
                 store.claim("locked", replica="r", lease=30)
             elapsed = time.monotonic() - started
         assert isinstance(caught.value.__cause__, psycopg.errors.LockNotAvailable)
-        assert 0.8 < elapsed < 1.0 + 0.5, elapsed  # 85% of the timeout, timed by the server
+        assert 0.8 < elapsed < 1.0 + SLACK, elapsed  # 85% of the timeout, timed by the server
         assert store.claim("locked", replica="r", lease=30).token > 0
         assert _backend_pid(pool) == pid  # the same connection: nothing was cut
 
@@ -300,7 +303,7 @@ def test_a_server_that_stops_answering_gives_a_store_error_within_the_timeout(sc
         assert len(caught) == 1 and type(caught[0]) is agent.StoreError, caught
         assert "no answer from PostgreSQL within the store's timeout of 2 s" in str(caught[0])
         assert isinstance(caught[0].__cause__, psycopg.OperationalError)
-        assert elapsed < 2.0 + 0.5, elapsed
+        assert elapsed < 2.0 + SLACK, elapsed
         # The pool dropped the cut connection; the next call gets a new one and works.
         assert store.claim("stalled", replica="r", lease=30).token > 0
         assert _backend_pid(pool) != pid
@@ -510,7 +513,7 @@ def test_check_connection_gives_up_on_a_server_that_stopped_answering() -> None:
             with pytest.raises(psycopg.OperationalError, match=re.escape(late)):
                 postgres.check_connection(conn, timeout=0.5)
             elapsed = time.monotonic() - started
-        assert 0.5 <= elapsed < 0.5 + 0.5, elapsed
+        assert 0.5 <= elapsed < 0.5 + SLACK, elapsed
         assert conn.closed  # so a pool drops it
     with pytest.raises(ValueError, match="timeout is a number of seconds above 0"):
         postgres.check_connection(conn, timeout=0)
@@ -526,7 +529,7 @@ def test_a_pooled_connection_that_stopped_answering_is_dropped_by_the_check_and_
             started = time.monotonic()
             assert store.messages("checked") == numbered_transcript(2)
             elapsed = time.monotonic() - started
-        assert 0.5 <= elapsed < 0.5 + 1.0, elapsed  # the check's timeout, then a new connection
+        assert 0.5 <= elapsed < 0.5 + 1.0 + SLACK, elapsed  # the check's timeout, then a new connection
         assert _backend_pid(pool) != pid
 
 
@@ -542,6 +545,6 @@ def test_a_check_that_gets_no_answer_ends_within_the_store_timeout(schema: str) 
             elapsed = time.monotonic() - started
         assert "no answer from PostgreSQL within the store's timeout of 1 s" in str(caught.value)
         assert isinstance(caught.value.__cause__, psycopg.OperationalError)
-        assert 1.0 <= elapsed < 1.0 + 0.5, elapsed
+        assert 1.0 <= elapsed < 1.0 + SLACK, elapsed
         assert store.info("unchecked").length == 2  # the pool made a new connection
         assert _backend_pid(pool) != pid
