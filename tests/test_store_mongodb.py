@@ -279,10 +279,10 @@ def test_many_changes_keep_few_segments(database: Database[Any]) -> None:
 def test_driver_errors_are_store_errors_naming_the_action_and_session() -> None:
     unreachable: Client = MongoClient("127.0.0.1", 9, serverSelectionTimeoutMS=200, connect=False)
     store = mongodb.MongoStore(unreachable["nowhere"], timeout=1.0)
-    with pytest.raises(agent.StoreError, match=r"could not save the transcript of session 'lost'") as caught:
+    with pytest.raises(agent.StoreError, match=r"could not save the transcript for session 'lost'") as caught:
         store.save("lost", _transcript(1))
     assert isinstance(caught.value.__cause__, pymongo.errors.PyMongoError)
-    with pytest.raises(agent.StoreError, match=r"could not take steers of session 'lost'"):
+    with pytest.raises(agent.StoreError, match=r"could not take steers for session 'lost'"):
         store.take_steers("lost")
 
 

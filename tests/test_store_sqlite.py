@@ -270,7 +270,7 @@ def test_a_commit_that_fails_is_rolled_back_and_the_next_call_works(tmp_path: Pa
     with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as reader:
         reader.execute("BEGIN")
         reader.execute("SELECT count(*) FROM agentsessions_messages").fetchall()
-        with pytest.raises(agent.StoreError, match="could not save the transcript of session 's': database is locked"):
+        with pytest.raises(agent.StoreError, match="could not save the transcript for session 's': database is locked"):
             store.save("s", [one, two])
         assert not store._connection().in_transaction
         reader.execute("COMMIT")

@@ -79,6 +79,7 @@ from agentsessions.runs import (
     utcnow,
 )
 from agentsessions.session import check_fork_at, check_session_id, check_steer
+from agentsessions.stores._failures import could_not
 from agentsessions.stores._incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores._mongodb_fork import PrefixCopy, forked, taken
 from agentsessions.stores._mongodb_layout import (
@@ -186,6 +187,7 @@ class MongoStore:
 
     def __init__(self, database: Database[Any], *, timeout: float = 10.0) -> None:
         self.database = database
+        self._name = f"MongoDB store {database.name!r}"
         self._timeout = timeout
         write_concern = database.write_concern if database.write_concern.acknowledged else WriteConcern()
         db = database.with_options(
@@ -553,14 +555,13 @@ class MongoStore:
                 )
                 if doc is not None:
                     return int(doc["value"])
-        raise StoreError(f"MongoStore({self.database.name!r}) could not count a token in {COUNTERS!r}")
+        raise StoreError(f"{could_not(self._name, 'count a token')} in {COUNTERS!r}")
 
     # --- Errors and indexes ----------------------------------------------------------------
 
     def _gave_up(self, action: str, session_id: str, why: str) -> StoreError:
         return StoreError(
-            f"MongoDB store {self.database.name!r} could not {action} of session {session_id!r:.80}: "
-            f"{why} for {self._timeout} s"
+            f"{could_not(self._name, action, session_id)}: {why} for {self._timeout} s"
         )
 
     def _check_indexes(self) -> None:
@@ -586,8 +587,7 @@ class MongoStore:
         except (PyMongoError, BSONError) as error:
             if session_id is not None:
                 self._known.forget(session_id)
-            where = "" if session_id is None else f" of session {session_id!r:.80}"
-            raise StoreError(f"MongoDB store {self.database.name!r} could not {action}{where}: {error}") from error
+            raise StoreError(f"{could_not(self._name, action, session_id)}: {error}") from error
 
 
 def _new(session_id: str) -> dict[str, Any]:

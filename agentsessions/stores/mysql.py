@@ -43,6 +43,7 @@ from agentsessions.errors import ConflictError, SchemaMissingError, StoreError
 from agentsessions.messages import Message
 from agentsessions.runs import UTC, Claim, Progress, Renewal, RunState, SessionInfo, Steer, check_end
 from agentsessions.session import check_fork_at, check_session_id, check_steer
+from agentsessions.stores._failures import could_not
 from agentsessions.stores._incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores._mysql_errors import describe, duplicate_key, explain, lost, schema_missing
 
@@ -466,7 +467,7 @@ class MySQLStore:
         # transaction a connection without autocommit opened, so no snapshot outlives the call.
         # begin() also tells a DBUtils pool that a transaction is open, so it never replays
         # a failed statement on another connection in the middle of one.
-        what = f"MySQL store could not {action}" + (f" for session {session_id!r:.80}" if session_id else "")
+        what = could_not("MySQL store", action, session_id)
         with (
             self._errors(what, session_id, payload),
             self._connection(what) as conn,

@@ -78,6 +78,7 @@ from agentsessions.runs import (
     superseded,
 )
 from agentsessions.session import check_fork_at, check_session_id, check_steer
+from agentsessions.stores._failures import could_not
 from agentsessions.stores._incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores._postgres_watchdog import Watch, Watchdog, borrowing, checked
 
@@ -472,9 +473,7 @@ class PostgresStore:
 
     @contextmanager
     def _connection(self, action: str, session_id: str | None) -> Iterator[tuple[_Connection, Watch]]:
-        what = f"PostgreSQL store could not {action}"
-        if session_id is not None:
-            what += f" for session {session_id!r:.80}"
+        what = could_not("PostgreSQL store", action, session_id)
         with self._watchdog.watch(time.monotonic() + self.timeout) as watch:
             try:
                 with borrowing(watch), self.pool.connection(timeout=self.timeout) as conn:

@@ -46,6 +46,7 @@ from agentsessions.runs import (
     utcnow,
 )
 from agentsessions.session import check_fork_at, check_session_id, check_steer
+from agentsessions.stores._failures import could_not
 from agentsessions.stores._incremental import KnownSessions, SavePlan, new_revision, plan_save
 
 __all__ = ["PAGE_SIZE", "SCHEMA", "SQLiteStore", "open"]
@@ -433,8 +434,7 @@ class SQLiteStore:
         except sqlite3.Error as error:
             if session_id:
                 self._known.forget(session_id)
-            where = f" of session {session_id!r:.80}" if session_id else ""
-            raise StoreError(f"SQLite store {self.path!r} could not {action}{where}: {error}") from error
+            raise StoreError(f"{could_not(f'SQLite store {self.path!r}', action, session_id)}: {error}") from error
 
 
 def _write_messages(db: sqlite3.Connection, key: bytes, plan: SavePlan, stored: Sequence[int] | None) -> None:
