@@ -23,12 +23,13 @@ from agentsessions.errors import (
     InvalidSessionIdError,
     RunError,
     RunFinishedError,
+    RunnerClosedError,
     SchemaMissingError,
     SessionBusyError,
     StoreError,
 )
 from agentsessions.messages import Content, ContentType, Message, Role
-from agentsessions.runner import Run, Runner, RunnerClosedError
+from agentsessions.runner import Run, Runner
 from agentsessions.runs import RunState, SessionInfo
 from agentsessions.session import ForkStore, RunStore, Session, Store, StoreSession, open
 from agentsessions.spec import Pattern, Result, Spec, StopReason

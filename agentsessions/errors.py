@@ -17,7 +17,8 @@ what the caller must see: bad input, a failing store, network or provider.
     │   ├── EndpointStatusError              the provider answered with an error: status, type, request_id
     │   └── EndpointDecodingError            an answer that is not the provider's format
     ├── RunError                             a run failed; carries the partial Result
-    └── RunFinishedError (RuntimeError)      a steer for a run that has already finished
+    ├── RunFinishedError (RuntimeError)      a steer for a run that has finished (or is finishing)
+    └── RunnerClosedError (RuntimeError)     run() or start() on a runner that was shut down
 """
 
 from __future__ import annotations
@@ -110,3 +111,7 @@ class RunError(AgentSessionsError):
 
 class RunFinishedError(AgentSessionsError, RuntimeError):
     """``Run.steer`` after the run finished: the steer was not delivered (steer the session)."""
+
+
+class RunnerClosedError(AgentSessionsError, RuntimeError):
+    """``run()`` or ``start()`` on a runner that was shut down."""

@@ -22,7 +22,7 @@ from types import TracebackType
 
 from agentsessions import events as ev
 from agentsessions.endpoint import Endpoint
-from agentsessions.errors import AgentSessionsError, RunError
+from agentsessions.errors import RunError, RunnerClosedError
 from agentsessions.holding import Hold
 from agentsessions.loop import EventSink, ReactLoop, SteerBox
 from agentsessions.messages import Message, check_transcript
@@ -137,10 +137,6 @@ class Run:
 def default_replica() -> str:
     """``"<hostname>:<pid>"``: this process, as ``SessionInfo.holder`` names it."""
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-class RunnerClosedError(AgentSessionsError, RuntimeError):
-    """``run()`` or ``start()`` on a runner that was shut down."""
 
 
 class Runner:
