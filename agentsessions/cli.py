@@ -499,14 +499,16 @@ def parser() -> argparse.ArgumentParser:
 
 
 class _MaskedLog(logging.Handler):
-    """Drivers' warnings (a pool failing to reconnect) as one masked line each on stderr."""
+    """Pools' warnings as one masked line each on stderr; psycopg's own (such as "error ignored
+    terminating <Pipeline>") only repeat, and only sometimes, an error the store reports."""
 
     def __init__(self, err: IO[str], url: StoreURL) -> None:
         super().__init__(logging.WARNING)
         self.err, self.url = err, url
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.err.write(f"{PROG}: {record.name}: {fmt.one_line(self.url.mask(record.getMessage()))}\n")
+        if record.name.startswith(("psycopg.pool", "pymongo")):
+            self.err.write(f"{PROG}: {record.name}: {fmt.one_line(self.url.mask(record.getMessage()))}\n")
 
 
 @contextlib.contextmanager
