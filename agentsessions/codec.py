@@ -27,11 +27,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentsessions.errors import FormatError
-from agentsessions.messages import Content, Message, check_transcript
+from agentsessions.messages import Content, ContentType, Message, Role, check_transcript
 
 FORMAT_VERSION = 2
 _PIECES_SINCE = 2  # the first version that writes a field with surrogates as a list of pieces
 _TEXT_FIELDS = ("text", "id", "name", "input", "tool_use_id")
+# Stored names to members by a dict lookup: calling an enum with its value costs more than
+# building the block. A name not here goes to the converter as it is, which refuses it.
+_CONTENT_TYPES: dict[Any, ContentType] = {member.value: member for member in ContentType}
+_ROLES: dict[Any, Role] = {member.value: member for member in Role}
 _SURROGATE = re.compile("([\ud800-\udfff])")
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False).encode
@@ -148,10 +152,11 @@ def _joined(pieces: list[Any], name: str) -> str:
 def _content(obj: dict[str, Any], version: int) -> Content:
     get = obj.get
     try:
-        # Positional, and the type left to Content's converter: this runs once per stored block.
+        # Positional, the type a member already: this runs once per stored block.
+        kind = obj["type"]
         return Content(
-            obj["type"], get("text", ""), get("id", ""), get("name", ""), get("input", ""), get("tool_use_id", ""),
-            get("is_error", False),
+            _CONTENT_TYPES.get(kind, kind), get("text", ""), get("id", ""), get("name", ""), get("input", ""),
+            get("tool_use_id", ""), get("is_error", False),
         )
     except TypeError:
         # Rare: a field holding surrogates, spelled as pieces (a list), which the str check refuses.
@@ -163,7 +168,8 @@ def _content(obj: dict[str, Any], version: int) -> Content:
 
 def _message(obj: dict[str, Any], version: int, what: str) -> Message:
     try:
-        return Message(obj["role"], [_content(c, version) for c in obj["content"]])
+        role = obj["role"]
+        return Message(_ROLES.get(role, role), [_content(c, version) for c in obj["content"]])
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise FormatError(f"{what} holds a malformed message: {error!r}") from error
 

@@ -55,6 +55,10 @@ class SteerBox:
             self.texts.append(text)
 
     def take(self, *, close: bool = False) -> list[str]:
+        if not (self.texts or close):
+            # Most steps find nothing: no lock for that. A steer put just now is taken at the
+            # next step, or by the take that closes the box.
+            return []
         with self.lock:
             taken, self.texts = self.texts, []
             self.closed = self.closed or close
@@ -87,7 +91,7 @@ class ReactLoop:
         self.hold = hold
         self.tools = {tool.name: tool for tool in spec.tools}
         self.steps = 0
-        self.usage = Usage()
+        self.input_tokens = self.output_tokens = 0
         self.stop_reason: str = ""
         # Steers from the run's box that are in the transcript but in no save yet: if the
         # run fails before one, they are reported unapplied; and those it had no step left for.
@@ -137,7 +141,9 @@ class ReactLoop:
         response = self.endpoint.complete(request)
         if emit:
             emit(ev.ModelResponded(step, response))
-        self.usage += response.usage
+        # Counted as two ints and made a Usage once, at the end: a Usage a step is garbage.
+        self.input_tokens += response.usage.input_tokens
+        self.output_tokens += response.usage.output_tokens
         self.transcript.append(response.message)
         uses = [c for c in response.message.content if c.type is ContentType.TOOL_USE]
         if not uses:
@@ -227,14 +233,13 @@ class ReactLoop:
     def collect_steers(self) -> None:
         """Put waiting steers (the run's box, then the session's) where the run has got to."""
         box = self.box.take()
-        self.note_box(box)
-        texts = [("run", text) for text in box]
         if self.hold is not None:
-            texts += [("session", text) for text in self.hold.take_steers()]
-        elif self.spec.session is not None:
-            texts += [("session", text) for text in self.spec.session.take_steers()]
-        if texts:
-            self.apply_steers(texts)
+            stored = self.hold.take_steers()
+        else:
+            stored = self.spec.session.take_steers() if self.spec.session is not None else []
+        if box or stored:
+            self.note_box(box)
+            self.apply_steers([("run", text) for text in box] + [("session", text) for text in stored])
 
     def apply_steers(self, texts: list[tuple[str, str]]) -> None:
         """Add steers as user text at the end: to the trailing user message, or as a new one."""
@@ -290,6 +295,11 @@ class ReactLoop:
         self.unsaved_box = []
         if self.emit:
             self.emit(ev.TranscriptSaved(self.steps, len(self.transcript)))
+
+    @property
+    def usage(self) -> Usage:
+        """Tokens the run's model calls consumed, all together."""
+        return Usage(self.input_tokens, self.output_tokens)
 
     def final_text(self) -> str:
         """The text of the last assistant message, the run's answer."""

@@ -114,17 +114,15 @@ _ADD = agent.tool(add)
 
 
 def _script(steps: int, stamps: list[float]) -> list[Callable[[agent.ModelRequest], agent.Message]]:
+    # Each reply is built when it is asked for, as the floor's and the peers' models build
+    # theirs: making and checking a Message counts against us, as with any real endpoint.
     def reply(i: int) -> Callable[[agent.ModelRequest], agent.Message]:
-        if i < steps - 1:
-            message = agent.Message(
-                agent.Role.ASSISTANT, [agent.Content.tool_use(f"c{i}", "add", json.dumps({"a": i, "b": 1}))]
-            )
-        else:
-            message = agent.Message.assistant("done")
-
         def answer(_: agent.ModelRequest) -> agent.Message:
             stamps.append(time.perf_counter())
-            return message
+            if i < steps - 1:
+                call = agent.Content.tool_use(f"c{i}", "add", json.dumps({"a": i, "b": 1}))
+                return agent.Message(agent.Role.ASSISTANT, [call])
+            return agent.Message.assistant("done")
 
         return answer
 

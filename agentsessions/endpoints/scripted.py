@@ -51,5 +51,7 @@ class ScriptedEndpoint:
             )
         if message.role is not Role.ASSISTANT:
             raise EndpointError(f"scripted reply {index + 1} is a {message.role.value} message")
-        calls_tools = any(c.type is ContentType.TOOL_USE for c in message.content)
-        return ModelResponse(message, stop_reason="tool_use" if calls_tools else "end_turn")
+        for block in message.content:
+            if block.type is ContentType.TOOL_USE:
+                return ModelResponse(message, "tool_use")
+        return ModelResponse(message, "end_turn")
