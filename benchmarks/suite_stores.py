@@ -28,11 +28,16 @@ from benchmarks.save_scaling import MYSQL, POSTGRES_DSN
 
 @attrs.frozen
 class Target:
-    """A store to measure, and one bare commit (SQLite) or round trip (a server) on the same database."""
+    """A store to measure, and one bare commit (SQLite) or round trip (a server) on the same database.
+
+    On a server, ``bare_write`` is also measured: a one-row UPDATE committed on its own, the
+    least any durable write costs there (the round trip plus the server's log flush).
+    """
 
     name: str
     store: Any
     bare: Callable[[], None]
+    bare_write: Callable[[], None] | None = None
 
 
 def median_seconds(call: Callable[[], object], repeats: int) -> float:
@@ -130,6 +135,8 @@ def save_and_renew(target: Target, repeats: int) -> dict[str, float]:
         "renew": median_seconds(lambda: store.renew([claim]), repeats),
         "bare": median_seconds(target.bare, repeats),
     }
+    if target.bare_write is not None:
+        figures["bare write"] = median_seconds(target.bare_write, repeats)
     store.save_run(claim, [], end=agent.RunState.FINISHED)
     store.delete(f"{tag}-save")
     store.delete(f"{tag}-lease")
@@ -172,11 +179,21 @@ def postgres_target(pool_size: int) -> Iterator[Target]:
                 with pool.connection() as conn:
                     conn.execute(postgres.SCHEMA)
 
+                    conn.execute("CREATE TABLE bench_bare (k integer PRIMARY KEY, v integer)")
+                    conn.execute("INSERT INTO bench_bare VALUES (1, 0)")
+                    conn.commit()
+
                 def round_trip() -> None:
                     with pool.connection() as conn:
                         conn.execute("SELECT 1").fetchone()
 
-                yield Target("postgres", postgres.PostgresStore(pool), round_trip)
+                def write() -> None:
+                    with pool.connection() as conn:
+                        conn.autocommit = True
+                        conn.execute("UPDATE bench_bare SET v = v + 1 WHERE k = 1")
+                        conn.autocommit = False
+
+                yield Target("postgres", postgres.PostgresStore(pool), round_trip, write)
         finally:
             admin.execute(f"DROP SCHEMA {schema} CASCADE")
 
@@ -197,6 +214,8 @@ def mysql_target(pool_size: int) -> Iterator[Target]:
             cur.execute(f"USE {name}")
             for statement in mysql.SCHEMA:
                 cur.execute(statement)
+            cur.execute("CREATE TABLE bench_bare (k INT PRIMARY KEY, v INT)")
+            cur.execute("INSERT INTO bench_bare VALUES (1, 0)")
         pool = PooledDB(pymysql, maxconnections=pool_size, blocking=True, **MYSQL, database=name, connect_timeout=5)
 
         def round_trip() -> None:
@@ -208,7 +227,16 @@ def mysql_target(pool_size: int) -> Iterator[Target]:
             finally:
                 conn.close()
 
-        yield Target("mysql (MariaDB)", mysql.MySQLStore(pool.connection), round_trip)
+        def write() -> None:
+            conn = pool.connection()
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("UPDATE bench_bare SET v = v + 1 WHERE k = 1")
+                conn.commit()
+            finally:
+                conn.close()
+
+        yield Target("mysql (MariaDB)", mysql.MySQLStore(pool.connection), round_trip, write)
         pool.close()
     finally:
         with admin.cursor() as cur:
