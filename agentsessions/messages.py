@@ -79,17 +79,18 @@ class Content:
     @classmethod
     def of_text(cls, text: str) -> Content:
         """A text block."""
-        return cls(ContentType.TEXT, text=text)
+        return cls(ContentType.TEXT, text)
 
     @classmethod
     def tool_use(cls, id: str, name: str, input: str) -> Content:
         """A tool call; ``input`` is the raw JSON text of its arguments."""
-        return cls(ContentType.TOOL_USE, id=id, name=name, input=input)
+        return cls(ContentType.TOOL_USE, "", id, name, input)
 
     @classmethod
     def tool_result(cls, tool_use_id: str, text: str, *, is_error: bool = False) -> Content:
         """The answer to the tool call ``tool_use_id``."""
-        return cls(ContentType.TOOL_RESULT, tool_use_id=tool_use_id, text=text, is_error=is_error)
+        # Positional (type, text, id, name, input, tool_use_id, is_error): these build most blocks.
+        return cls(ContentType.TOOL_RESULT, text, "", "", "", tool_use_id, is_error)
 
 
 def _content_tuple(blocks: Iterable[Content]) -> tuple[Content, ...]:
