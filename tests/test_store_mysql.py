@@ -120,13 +120,14 @@ def _query(admin: Any, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
 
 
 def _lock_waits(admin: Any, database: str, table: str) -> list[tuple[Any, ...]]:
-    """The connections to ``database`` waiting for a lock to insert into ``table``."""
+    """The connections to ``database`` waiting for a lock to write ``table``: an INSERT, or the
+    UPDATE that locks the record first in a save by the store object that saw the session last."""
     return _query(
         admin,
         "SELECT t.trx_mysql_thread_id FROM information_schema.INNODB_TRX AS t "
         "JOIN information_schema.PROCESSLIST AS p ON p.ID = t.trx_mysql_thread_id "
-        "WHERE t.trx_state = 'LOCK WAIT' AND p.DB = %s AND t.trx_query LIKE %s",
-        (database, f"%INSERT INTO {table} %"),
+        "WHERE t.trx_state = 'LOCK WAIT' AND p.DB = %s AND (t.trx_query LIKE %s OR t.trx_query LIKE %s)",
+        (database, f"%INSERT INTO {table} %", f"%UPDATE {table} %"),
     )
 
 
@@ -297,14 +298,17 @@ def test_importing_without_pymysql_names_the_extra() -> None:
 # --- Runs: batched renewal, tokens, saves and renewals at once ------------------------------
 
 
-def test_renewing_a_thousand_claims_is_one_update_and_one_select(store: mysql.MySQLStore, database: str) -> None:
+def test_renewing_a_thousand_claims_is_one_update_and_a_select_only_to_report(
+    store: mysql.MySQLStore, database: str
+) -> None:
     claims = [store.claim(f"renew-{i:04}", replica="renewer", lease=60) for i in range(1000)]
     # One pooled connection, so the counts read from it are the store's statements.
     single = PooledDB(pymysql, maxconnections=1, maxcached=1, blocking=True, **_server(database))
     try:
         counting = mysql.MySQLStore(single.connection)
         before_expiry = store.info("renew-0500").lease_expires_at
-        assert _statements(single, lambda: counting.renew(claims)) == Renewal()
+        # All renewed and none asked to cancel: the UPDATE's own answer says so, nothing to read.
+        assert _statements(single, lambda: counting.renew(claims), selects=0) == Renewal()
         after_expiry = store.info("renew-0500").lease_expires_at
         assert before_expiry is not None and after_expiry is not None and after_expiry > before_expiry
         # Lost: one deleted, one taken over after its lease ran out; cancelling: one asked to
@@ -315,9 +319,42 @@ def test_renewing_a_thousand_claims_is_one_update_and_one_select(store: mysql.My
         store.claim(taken_over.session_id, replica="other", lease=60)
         store.delete(claims[1].session_id)
         assert store.cancel(claims[2].session_id)
-        renewal = _statements(single, lambda: counting.renew([*claims[:3], lapsed, taken_over]))
+        renewal = _statements(single, lambda: counting.renew([*claims[:3], lapsed, taken_over]), selects=1)
         assert renewal.lost == {claims[1], taken_over}
         assert renewal.cancelling == {claims[2]}
+        # All renewed, one asked to cancel: the SELECT reads only those asked to cancel.
+        renewal = _statements(single, lambda: counting.renew([claims[0], claims[2]]), selects=1)
+        assert renewal == Renewal(frozenset(), frozenset({claims[2]}))
+    finally:
+        single.close()
+
+
+def test_a_save_of_what_the_store_saw_last_is_one_update_and_one_insert(store: mysql.MySQLStore, database: str) -> None:
+    single = PooledDB(pymysql, maxconnections=1, maxcached=1, blocking=True, **_server(database))
+    try:
+        saver, other = mysql.MySQLStore(single.connection), mysql.MySQLStore(store.connect)
+        saver.save("save-counted", numbered_transcript(20))
+
+        def counted(call: Callable[[], object]) -> dict[str, int]:
+            before = _counts_through(single)
+            call()
+            after = _counts_through(single)
+            return {kind: after[kind] - before[kind] for kind in after}
+
+        written = {"Com_update": 1, "Com_select": 0, "Com_insert": 1}
+        assert counted(lambda: saver.save("save-counted", numbered_transcript(21))) == written
+        assert counted(lambda: saver.save("save-counted", numbered_transcript(15))) == {**written, "Com_insert": 0}
+        assert other.messages("save-counted") == numbered_transcript(15)
+        other.save("save-counted", numbered_transcript(5, tag="other"))
+        # The UPDATE finds another revision and changes nothing; then, as for a session this
+        # store never saw: create or lock the record, read it, write every row, update it.
+        replaced = {"Com_update": 2, "Com_select": 1, "Com_insert": 2}
+        assert counted(lambda: saver.save("save-counted", numbered_transcript(22))) == replaced
+        assert other.messages("save-counted") == numbered_transcript(22)
+        assert other.delete("save-counted")
+        saver.save("save-counted", numbered_transcript(23))  # the record it knew is gone: made anew
+        assert other.messages("save-counted") == numbered_transcript(23)
+        assert other.info("save-counted").length == 23
     finally:
         single.close()
 
@@ -328,12 +365,13 @@ def _server(database: str, **options: Any) -> dict[str, Any]:
     return {**server, "database": database, **options}
 
 
-def _statements(pool: PooledDB, call: Callable[[], T]) -> T:
-    """``call()``, checked to send one UPDATE and one SELECT through ``pool``'s one connection."""
+def _statements(pool: PooledDB, call: Callable[[], T], *, selects: int) -> T:
+    """``call()``, checked to send one UPDATE and ``selects`` SELECTs through ``pool``'s one connection."""
     before = _counts_through(pool)
     result = call()
     after = _counts_through(pool)
-    assert {kind: after[kind] - before[kind] for kind in after} == {"Com_update": 1, "Com_select": 1, "Com_insert": 0}
+    expected = {"Com_update": 1, "Com_select": selects, "Com_insert": 0}
+    assert {kind: after[kind] - before[kind] for kind in after} == expected
     return result
 
 

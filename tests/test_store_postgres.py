@@ -352,6 +352,41 @@ def test_renewing_a_thousand_claims_is_one_statement_in_one_round_trip(schema: s
         assert all(after[i] > before[i] for i in before)  # type: ignore[operator]
 
 
+def test_renewing_one_claim_is_one_round_trip(schema: str) -> None:
+    with make_pool(schema, max_size=1, prepare_threshold=None) as pool:
+        store = postgres.PostgresStore(pool)
+        claim = store.claim("renew-one", replica="r", lease=30)
+        renewal: list[Renewal] = []
+        messages = _traced(pool, lambda: renewal.append(store.renew([claim])))
+        assert renewal == [Renewal()]
+        assert _round_trips(messages) == 2  # the pool's check, then the whole transaction
+        store.cancel("renew-one")
+        assert store.renew([claim]) == Renewal(frozenset(), frozenset({claim}))
+        store.save_run(claim, [], end=agent.RunState.FINISHED)
+        assert store.renew([claim]) == Renewal(frozenset({claim}), frozenset())
+
+
+def test_a_save_of_what_the_store_saw_last_is_one_round_trip_and_after_another_writer_three(schema: str) -> None:
+    with make_pool(schema, max_size=1, prepare_threshold=None) as pool:
+        store, other = postgres.PostgresStore(pool), postgres.PostgresStore(pool)
+        store.save("save-traced", numbered_transcript(20))
+        messages = _traced(pool, lambda: store.save("save-traced", numbered_transcript(21)))
+        assert _round_trips(messages) == 2  # the pool's check, then the whole transaction
+        messages = _traced(pool, lambda: store.save("save-traced", numbered_transcript(15)))
+        assert _round_trips(messages) == 2  # a shorter transcript too
+        assert other.messages("save-traced") == numbered_transcript(15)
+        other.save("save-traced", numbered_transcript(5, tag="other"))
+        # The first transaction finds another revision and writes nothing; the second, as for a
+        # session this store never saw, locks and reads the record, then writes every row.
+        messages = _traced(pool, lambda: store.save("save-traced", numbered_transcript(22)))
+        assert _round_trips(messages) == 4
+        assert other.messages("save-traced") == numbered_transcript(22)
+        assert other.delete("save-traced")
+        store.save("save-traced", numbered_transcript(23))  # the record it knew is gone: made anew
+        assert other.messages("save-traced") == numbered_transcript(23)
+        assert other.info("save-traced").length == 23
+
+
 def test_tokens_keep_growing_across_delete_and_store_objects(store: postgres.PostgresStore) -> None:
     first = store.claim("tokens", replica="a", lease=30)
     assert store.delete("tokens")

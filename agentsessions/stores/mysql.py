@@ -119,6 +119,15 @@ _INSERT_MESSAGE = "INSERT INTO agentsessions_messages (session_id, position, bod
 _UPDATE_SESSION = """
 UPDATE agentsessions_sessions SET revision = %s, length = %s, updated_at = UTC_TIMESTAMP(6) WHERE id = %s
 """
+# A save by the store object that saw the session last: one statement locks the record
+# and, only if the revision it knows is still stored (so are the rows it knows), sets the
+# new one; no other statement need come first. Its UTC_TIMESTAMP(6) may be read before a
+# lock wait, but only for a holder that changed no revision (a save would have): it still
+# follows the save that stored the known revision, which was done before this call began.
+_UPDATE_KNOWN = """
+UPDATE agentsessions_sessions SET revision = %s, length = %s, updated_at = UTC_TIMESTAMP(6)
+WHERE id = %s AND revision = %s
+"""
 _LEASE_END = "UTC_TIMESTAMP(6) + INTERVAL ROUND({lease} * 1000000) MICROSECOND"
 # A run's save renews its lease; with an end (not NULL) it also releases the session.
 _UPDATE_RUN = f"""
@@ -174,11 +183,16 @@ SELECT %s, position, body FROM agentsessions_messages FORCE INDEX (PRIMARY) WHER
 """
 # The id list lets the primary key find the rows, in key order, so two renewals of
 # overlapping claims lock them in the same order; the pairs then check each token.
+# LAST_INSERT_ID(1) is called only for a row asked to cancel, and the server then sends 1
+# back with the count (PyMySQL's lastrowid; else 0): when every claim was renewed and none
+# is asked to cancel, there is nothing to read.
 _RENEW = f"""
-UPDATE agentsessions_sessions FORCE INDEX (PRIMARY) SET lease_expires_at = {_LEASE_END.format(lease="lease")}
+UPDATE agentsessions_sessions FORCE INDEX (PRIMARY) SET lease_expires_at = {_LEASE_END.format(lease="lease")},
+    cancel_requested = IF(cancel_requested, LAST_INSERT_ID(1), FALSE)
 WHERE id IN ({{ids}}) AND (id, token) IN ({{pairs}}) AND run_state = 'running'
 """
-# Which claims are held: only those asked to cancel (usually none) when all were renewed.
+# Which claims are held, when one was not renewed; when all were but one is asked to
+# cancel, only those asked to cancel.
 _HELD = """
 SELECT id, token, cancel_requested FROM agentsessions_sessions FORCE INDEX (PRIMARY)
 WHERE id IN ({ids}) AND (id, token) IN ({pairs}) AND run_state = 'running'
@@ -255,11 +269,12 @@ class MySQLStore:
         revision, key = new_revision(), encode_text(session_id)
         rows = _rows(plan, key, plan.shared)
         with self._transaction("save the transcript", session_id, payload=_largest(rows)) as cur:
-            cur.execute(_CREATE_SESSION, (key, revision))
-            cur.execute(_LOCK_SESSION, (key,))
-            record = _Record.of(cur.fetchone())
-            _write_transcript(cur, plan, key, rows, record)
-            cur.execute(_UPDATE_SESSION, (revision, len(plan.messages), key))
+            if not _save_known(cur, plan, key, rows, revision):  # rare: another writer came between
+                cur.execute(_CREATE_SESSION, (key, revision))
+                cur.execute(_LOCK_SESSION, (key,))
+                record = _Record.of(cur.fetchone())
+                _write_transcript(cur, plan, key, rows, record)
+                cur.execute(_UPDATE_SESSION, (revision, len(plan.messages), key))
         self._known.remember(session_id, revision, plan.messages)
 
     def messages(self, session_id: str) -> list[Message]:
@@ -439,20 +454,22 @@ class MySQLStore:
         return Progress() if release else Progress(record.cancel_requested, pending)
 
     def renew(self, claims: Sequence[Claim]) -> Renewal:
-        """Extend each claim's lease in one UPDATE, then read in one SELECT which are held and asked to cancel."""
+        """Extend each claim's lease in one UPDATE; a SELECT reads which are held if one lost or is asked to cancel."""
         if not claims:
             return Renewal()
         pairs = sorted({(encode_text(claim.session_id), claim.token) for claim in claims})
         keys = sorted({key for key, _ in pairs})
         where = {"ids": ", ".join(["%s"] * len(keys)), "pairs": ", ".join(["(%s, %s)"] * len(pairs))}
         args = [*keys, *(value for pair in pairs for value in pair)]
+        held: dict[tuple[str, int], bool] = {}
         with self._transaction(f"renew the leases of {len(claims)} claim(s)", None) as cur:
             renewed = cur.execute(_RENEW.format(**where), args)
             # Rows whose lease did not change (renewed twice in one microsecond) count as not
             # renewed: the full read then tells them apart.
             every = renewed == len(pairs)
-            cur.execute(_HELD.format(**where) + (" AND cancel_requested" if every else ""), args)
-            held = {(decode_text(key), token): bool(cancel) for key, token, cancel in cur.fetchall()}
+            if not every or cur.lastrowid:
+                cur.execute(_HELD.format(**where) + (" AND cancel_requested" if every else ""), args)
+                held = {(decode_text(key), token): bool(cancel) for key, token, cancel in cur.fetchall()}
         lost = set() if every else {c for c in claims if (c.session_id, c.token) not in held}
         cancelling = {c for c in claims if held.get((c.session_id, c.token))}
         return Renewal(frozenset(lost), frozenset(cancelling))
@@ -522,6 +539,18 @@ def _rows(plan: SavePlan, key: bytes, start: int) -> list[tuple[bytes, int, byte
 
 def _largest(rows: list[tuple[bytes, int, bytes]]) -> int:
     return max((len(body) for _, _, body in rows), default=0)
+
+
+def _save_known(cur: Any, plan: SavePlan, key: bytes, rows: list[tuple[bytes, int, bytes]], revision: int) -> bool:
+    """Save as the store object that saw the session last; ``False``, writing nothing, if it never saw it or another
+    writer came since."""
+    if plan.known is None or not cur.execute(_UPDATE_KNOWN, (revision, len(plan.messages), key, plan.known.revision)):
+        return False
+    if len(plan.known.messages) > plan.shared:  # rows it knows past the shared prefix
+        cur.execute(_DELETE_MESSAGES_FROM, (key, plan.shared))
+    if rows:
+        cur.executemany(_INSERT_MESSAGE, rows)
+    return True
 
 
 def _write_transcript(

@@ -147,6 +147,22 @@ _INSERT_MESSAGE = "INSERT INTO agentsessions_messages (session_id, position, bod
 _SAVED = """
 UPDATE agentsessions_sessions SET revision = %s, length = %s, updated_at = statement_timestamp() WHERE id = %s
 """
+# A save by the store object that saw the session last needs no answer before it writes:
+# these statements follow _LOCK_EXISTING in the same round trip, and write only if the
+# revision it knows is still stored (then the stored rows are the messages it knows). Each
+# is a statement of its own after the lock, so it reads the record as the lock left it;
+# one statement with a CTE for them all takes the server longer to plan than to run.
+_KNOWN = "EXISTS (SELECT 1 FROM agentsessions_sessions WHERE id = %(id)s AND revision = %(known)s)"
+_DELETE_KNOWN_FROM = f"""
+DELETE FROM agentsessions_messages WHERE session_id = %(id)s AND position >= %(keep)s AND {_KNOWN}
+"""
+_INSERT_KNOWN = f"""
+INSERT INTO agentsessions_messages (session_id, position, body) SELECT %(id)s, %(position)s, %(body)s WHERE {_KNOWN}
+"""
+_SAVED_KNOWN = """
+UPDATE agentsessions_sessions SET revision = %(revision)s, length = %(length)s, updated_at = statement_timestamp()
+WHERE id = %(id)s AND revision = %(known)s
+"""
 # One statement decides the release and reports the steers still waiting from one
 # snapshot; add_steer and take_steers lock the record first, so none can slip in between.
 _SAVED_RUN = """
@@ -227,6 +243,13 @@ FROM unnest(%s::bytea[], %s::bigint[]) AS c(id, token)
 WHERE s.id = c.id AND s.token = c.token AND s.run_state = 'running'
 RETURNING s.id, s.token, s.cancel_requested
 """
+# The same for one claim, the usual case: the server plans the join with unnest() afresh on
+# every call, which takes longer than the update itself.
+_RENEW_ONE = """
+UPDATE agentsessions_sessions AS s SET lease_expires_at = clock_timestamp() + s.lease * interval '1 second'
+WHERE s.id = %s AND s.token = %s AND s.run_state = 'running'
+RETURNING s.id, s.token, s.cancel_requested
+"""
 _RECORD = """s.id, s.length, s.updated_at, s.run_state, s.holder, s.lease_expires_at, s.cancel_requested,
        (SELECT count(*) FROM agentsessions_steers AS t WHERE t.session_id = s.id), statement_timestamp()"""
 _INFO = f"SELECT {_RECORD} FROM agentsessions_sessions AS s WHERE s.id = %(id)s"
@@ -257,7 +280,9 @@ class PostgresStore:
     The store opens no connection of its own and never closes the pool. ``timeout`` bounds
     every call, in seconds: waiting for a connection, for another writer's lock on the
     same session, and for the server to answer. Each call is one pipelined transaction:
-    one round trip, two when a write must first read the record it locked (a save).
+    one round trip, two when a write must first read the record it locked (a save_run, or
+    a save of a session this store object never saw; three if another writer saved it
+    since this store object last saw it).
     """
 
     def __init__(self, pool: ConnectionPool[Any], *, timeout: float = 10.0) -> None:
@@ -282,11 +307,15 @@ class PostgresStore:
         """Make ``messages`` the transcript; writes only what is new since this store last saw it."""
         plan = plan_save(self._known, session_id, messages)
         revision, key = new_revision(), encode_text(session_id)
-        with self._transaction("save the transcript", session_id) as conn:
-            stored = _cursor(conn).execute(_LOCK_SESSION, (key, revision)).fetchone()
-            assert stored is not None  # RETURNING always gives the one record
-            _write_messages(conn, key, plan, stored[0], stored[1])
-            conn.execute(_SAVED, (revision, len(plan.messages), key))
+        with self._connection("save the transcript", session_id) as (conn, watch):
+            # Another writer coming between is rare: then the first transaction wrote
+            # nothing, and a second one, as for a session this store never saw, writes all.
+            if not _save_known(conn, watch, key, plan, revision):
+                with _pipelined(conn, watch):
+                    stored = _cursor(conn).execute(_LOCK_SESSION, (key, revision)).fetchone()
+                    assert stored is not None  # RETURNING always gives the one record
+                    _write_messages(conn, key, plan, stored[0], stored[1])
+                    conn.execute(_SAVED, (revision, len(plan.messages), key))
         self._known.remember(session_id, revision, plan.messages)
 
     def messages(self, session_id: str) -> list[Message]:
@@ -425,8 +454,10 @@ class PostgresStore:
         if not claims:
             return Renewal()
         keys = [encode_text(claim.session_id) for claim in claims]
+        tokens = [claim.token for claim in claims]
+        query, args = (_RENEW_ONE, (keys[0], tokens[0])) if len(claims) == 1 else (_RENEW, (keys, tokens))
         with self._transaction("renew the leases") as conn:
-            cur = _cursor(conn).execute(_RENEW, (keys, [claim.token for claim in claims]))
+            cur = _cursor(conn).execute(query, args)
         held = {(bytes(key), token): cancel for key, token, cancel in cur.fetchall()}
         found = [(claim, held.get((key, claim.token))) for key, claim in zip(keys, claims, strict=True)]
         return Renewal(
@@ -455,21 +486,9 @@ class PostgresStore:
 
     @contextmanager
     def _transaction(self, action: str, session_id: str | None = None) -> Iterator[_Connection]:
-        """One pipelined transaction: statements travel together until the body reads a result."""
-        with self._connection(action, session_id) as (conn, watch), _pipeline(conn):
-            conn.execute(_BEGIN)
-            # The server's own error, on a connection that stays usable, comes before the watchdog
-            # has to cut it; a lock wait ends first, so its error says that it was a lock.
-            left = (watch.deadline - time.monotonic()) * 1000
-            conn.execute(_LIMITS, (str(max(1, round(left * 0.9))), str(max(1, round(left * 0.85)))))
-            try:
-                yield conn
-            except psycopg.Error:
-                raise
-            except BaseException:
-                conn.execute("ROLLBACK")  # this call's own refusal (a superseded claim): nothing to keep
-                raise
-            conn.execute("COMMIT")
+        """One pipelined transaction on a connection of its own."""
+        with self._connection(action, session_id) as (conn, watch), _pipelined(conn, watch):
+            yield conn
 
     @contextmanager
     def _connection(self, action: str, session_id: str | None) -> Iterator[tuple[_Connection, Watch]]:
@@ -526,6 +545,25 @@ def _autocommit(conn: _Connection) -> Iterator[None]:
             conn.autocommit = was
 
 
+@contextmanager
+def _pipelined(conn: _Connection, watch: Watch) -> Iterator[None]:
+    """One pipelined transaction: statements travel together until the body reads a result."""
+    with _pipeline(conn):
+        conn.execute(_BEGIN)
+        # The server's own error, on a connection that stays usable, comes before the watchdog
+        # has to cut it; a lock wait ends first, so its error says that it was a lock.
+        left = (watch.deadline - time.monotonic()) * 1000
+        conn.execute(_LIMITS, (str(max(1, round(left * 0.9))), str(max(1, round(left * 0.85)))))
+        try:
+            yield
+        except psycopg.Error:
+            raise
+        except BaseException:
+            conn.execute("ROLLBACK")  # this call's own refusal (a superseded claim): nothing to keep
+            raise
+        conn.execute("COMMIT")
+
+
 def _pipeline(conn: _Connection) -> AbstractContextManager[object]:
     # Pipeline mode needs libpq 14 or newer; without it the same statements go one by one.
     return conn.pipeline() if psycopg.Pipeline.is_supported() else nullcontext()
@@ -534,6 +572,23 @@ def _pipeline(conn: _Connection) -> AbstractContextManager[object]:
 def _cursor(conn: _Connection) -> psycopg.Cursor[tuple[Any, ...]]:
     # The pool's connections may have another row factory; rows here are tuples.
     return conn.cursor(row_factory=tuple_row)
+
+
+def _save_known(conn: _Connection, watch: Watch, key: bytes, plan: SavePlan, revision: int) -> bool:
+    """Save in one round trip as the store object that saw the session last; ``False``, writing nothing, if it never
+    saw it (no round trip then) or another writer came since."""
+    if plan.known is None:
+        return False
+    known = {"id": key, "known": plan.known.revision}
+    with _pipelined(conn, watch):
+        conn.execute(_LOCK_EXISTING, (key,))
+        if len(plan.known.messages) > plan.shared:  # rows it knows past the shared prefix
+            conn.execute(_DELETE_KNOWN_FROM, {**known, "keep": plan.shared})
+        rows = [{**known, "position": position, "body": body} for _, position, body in plan.rows(key, plan.shared)]
+        if rows:
+            conn.cursor().executemany(_INSERT_KNOWN, rows)
+        saved = conn.execute(_SAVED_KNOWN, {**known, "revision": revision, "length": len(plan.messages)})
+    return saved.rowcount > 0
 
 
 def _write_messages(conn: _Connection, key: bytes, plan: SavePlan, revision: int, length: int) -> None:
