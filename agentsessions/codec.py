@@ -149,27 +149,37 @@ def _joined(pieces: list[Any], name: str) -> str:
     return "".join(piece if type(piece) is str else chr(piece) for piece in pieces)
 
 
-def _content(obj: dict[str, Any], version: int) -> Content:
-    get = obj.get
-    try:
-        # Positional, the type a member already: this runs once per stored block.
-        kind = obj["type"]
-        return Content(
-            _CONTENT_TYPES.get(kind, kind), get("text", ""), get("id", ""), get("name", ""), get("input", ""),
-            get("tool_use_id", ""), get("is_error", False),
-        )
-    except TypeError:
-        # Rare: a field holding surrogates, spelled as pieces (a list), which the str check refuses.
-        if version < _PIECES_SINCE or not any(type(obj.get(name)) is list for name in _TEXT_FIELDS):
-            raise
+def _blocks(objs: list[Any], version: int) -> list[Content]:
+    """A stored message's content blocks: the loop every read runs once per block, so kept tight."""
+    blocks = []
+    for obj in objs:
+        get, kind = obj.get, obj["type"]
+        try:
+            # Positional, the type a member already.
+            block = Content(
+                _CONTENT_TYPES.get(kind, kind), get("text", ""), get("id", ""), get("name", ""), get("input", ""),
+                get("tool_use_id", ""), get("is_error", False),
+            )
+        except TypeError:
+            # Rare: a field holding surrogates, spelled as pieces (a list), which Content refuses.
+            if version < _PIECES_SINCE or not any(type(obj.get(name)) is list for name in _TEXT_FIELDS):
+                raise
+            block = _pieced_content(obj, version)
+        blocks.append(block)
+    return blocks
+
+
+def _pieced_content(obj: dict[str, Any], version: int) -> Content:
+    """The block whose text fields are spelled as pieces, each field joined into one str."""
     joined = {k: _joined(v, k) if type(v) is list and k in _TEXT_FIELDS else v for k, v in obj.items()}
-    return _content(joined, version)
+    (block,) = _blocks([joined], version)
+    return block
 
 
 def _message(obj: dict[str, Any], version: int, what: str) -> Message:
     try:
         role = obj["role"]
-        return Message(_ROLES.get(role, role), [_content(c, version) for c in obj["content"]])
+        return Message(_ROLES.get(role, role), _blocks(obj["content"], version))
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise FormatError(f"{what} holds a malformed message: {error!r}") from error
 
