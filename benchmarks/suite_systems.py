@@ -298,7 +298,7 @@ def versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     found = {}
-    for package in ("agentsessions", "langgraph", "langgraph-checkpoint-sqlite", "openai-agents", "orjson"):
+    for package in ("agentsessions", "langgraph", "langgraph-checkpoint-sqlite", "openai-agents", "msgspec"):
         with contextlib.suppress(PackageNotFoundError):
             found[package] = version(package)
     found.setdefault("agentsessions", agent.__version__)

@@ -1,4 +1,4 @@
-"""The codec's fast decoder (orjson, when installed) reads exactly what the stdlib reads, surrogates included."""
+"""The codec's fast decoders (msgspec, when installed) read exactly what the stdlib reads, surrogates included."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from agentsessions import codec
 
 # Any code point, surrogates included, so lone and adjacent pairs of them come up.
 texts = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF), max_size=40)
-needs_fast = pytest.mark.skipif(codec._fast_decode is None, reason="orjson is not installed: the stdlib decodes alone")
+needs_fast = pytest.mark.skipif(codec._fast_decode is None, reason="msgspec is not installed: the stdlib decodes alone")
 
 
 @needs_fast
@@ -53,3 +53,37 @@ def test_foreign_text_the_fast_decoder_refuses_is_still_a_format_error() -> None
         codec.load_message('{"v": NaN}')
     with pytest.raises(agent.FormatError):
         codec.load_message(b"\xff")
+
+
+@needs_fast
+@given(st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=40), st.booleans())
+def test_a_row_of_this_version_is_read_straight_into_the_same_message(text: str, is_error: bool) -> None:
+    message = agent.Message(
+        agent.Role.USER,
+        [agent.Content.of_text(text), agent.Content.tool_result(text or "t", text, is_error=is_error)],
+    )
+    row = codec.dump_message(message)
+    assert codec._decode_message is not None
+    fast = codec._decode_message(row)
+    assert fast == message and hash(fast) == hash(message)
+    assert type(fast.content) is tuple and all(type(block) is agent.Content for block in fast.content)
+    assert fast.role is agent.Role.USER and fast.content[0].type is agent.ContentType.TEXT
+
+
+@needs_fast
+@pytest.mark.parametrize(
+    ("row", "error"),
+    [
+        ('{"v":2,"role":"user","content":[{"type":"text","text":"a","is_error":1}]}', "is_error must be a bool"),
+        ('{"v":2,"role":"user","content":[{"type":"image"}]}', "malformed message"),
+        ('{"v":2,"role":"system","content":[]}', "malformed message"),
+        ('{"v":2,"role":"user"}', "malformed message"),
+        ('{"v":2,"role":"user","content":[]} trailing', "not JSON"),
+        ('{"v":3,"role":"user","content":[]}', "newer than this agentsessions reads"),
+    ],
+)
+def test_a_row_the_fast_path_refuses_gets_the_careful_paths_error(row: str, error: str) -> None:
+    with pytest.raises(agent.FormatError, match=error):
+        codec.load_message(row)
+    with pytest.raises(agent.FormatError, match=error):
+        codec.load_message(row.encode())
