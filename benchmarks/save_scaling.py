@@ -240,8 +240,9 @@ def mongodb_database() -> Iterator[Backend]:
             database[collection].create_indexes(models)
 
         def size() -> int:
-            names = (mongodb.SESSIONS, mongodb.MESSAGES, mongodb.COUNTERS)
-            stats = [database.command("collStats", name) for name in names]
+            # A collection comes into being with its first document: plain saves make no counters.
+            names = {mongodb.SESSIONS, mongodb.MESSAGES, mongodb.COUNTERS} & set(database.list_collection_names())
+            stats = [database.command("collStats", name) for name in sorted(names)]
             return sum(int(s.get("size", 0)) + int(s.get("totalIndexSize", 0)) for s in stats)
 
         yield Backend(mongodb.MongoStore(database), size, f"collStats size + totalIndexSize (uncompressed){note}")
