@@ -218,23 +218,22 @@ def mysql_target(pool_size: int) -> Iterator[Target]:
             cur.execute("INSERT INTO bench_bare VALUES (1, 0)")
         pool = PooledDB(pymysql, maxconnections=pool_size, blocking=True, **MYSQL, database=name, connect_timeout=5)
 
-        def round_trip() -> None:
-            conn = pool.connection()
-            try:
-                with conn.cursor() as cur:
-                    cur.execute("SELECT 1")
-                    cur.fetchall()
-            finally:
-                conn.close()
+        def pooled(statement: str, *, commit: bool = False) -> Callable[[], None]:
+            def run() -> None:
+                conn = pool.connection()
+                try:
+                    with conn.cursor() as cur:
+                        cur.execute(statement)
+                        cur.fetchall()
+                    if commit:
+                        conn.commit()
+                finally:
+                    conn.close()
 
-        def write() -> None:
-            conn = pool.connection()
-            try:
-                with conn.cursor() as cur:
-                    cur.execute("UPDATE bench_bare SET v = v + 1 WHERE k = 1")
-                conn.commit()
-            finally:
-                conn.close()
+            return run
+
+        round_trip = pooled("SELECT 1")
+        write = pooled("UPDATE bench_bare SET v = v + 1 WHERE k = 1", commit=True)
 
         yield Target("mysql (MariaDB)", mysql.MySQLStore(pool.connection), round_trip, write)
         pool.close()
