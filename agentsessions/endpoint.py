@@ -22,10 +22,6 @@ class Usage:
         return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens)
 
 
-NO_USAGE = Usage()
-"""Nothing counted: the usage of a response that reports none (shared; a Usage never changes)."""
-
-
 @attrs.frozen
 class ModelRequest:
     """What the runner asks the model: the transcript so far, the tools and the system prompt.
@@ -52,7 +48,7 @@ class ModelResponse:
 
     message: Message = attrs.field(validator=_is_assistant)
     stop_reason: str = "end_turn"
-    usage: Usage = NO_USAGE
+    usage: Usage = Usage()  # one shared instance: a Usage never changes
 
 
 @runtime_checkable

@@ -24,20 +24,34 @@ class ContentType(enum.StrEnum):
     TOOL_RESULT = "tool_result"
 
 
+# Members by their values through a dict: calling an enum costs more than the rest of
+# building a block, and every stored block is read with its type as a str. A value not
+# found goes to the enum, which says what is wrong with it.
+_CONTENT_TYPES: dict[str, ContentType] = {member.value: member for member in ContentType}
+_ROLES: dict[str, Role] = {member.value: member for member in Role}
+
+
 def _content_type(value: str) -> ContentType:
-    return value if type(value) is ContentType else ContentType(value)
+    if type(value) is ContentType:
+        return value
+    member = _CONTENT_TYPES.get(value) if isinstance(value, str) else None
+    return ContentType(value) if member is None else member
 
 
 def _role(value: str) -> Role:
-    return value if type(value) is Role else Role(value)
+    if type(value) is Role:
+        return value
+    member = _ROLES.get(value) if isinstance(value, str) else None
+    return Role(value) if member is None else member
 
 
-_STR_FIELDS = ("text", "id", "name", "input", "tool_use_id")
+STR_FIELDS = ("text", "id", "name", "input", "tool_use_id")
+"""The fields of :class:`Content` that hold a str (``type`` aside)."""
 
 
 def _refuse_bad_field(block: Content) -> None:
     """Raise ``TypeError`` naming the first field of ``block`` of the wrong type, if there is one."""
-    for name in _STR_FIELDS:
+    for name in STR_FIELDS:
         value = getattr(block, name)
         if not isinstance(value, str):
             raise TypeError(f"Content.{name} must be a str, got {type(value).__name__}: {value!r:.80}")

@@ -178,7 +178,6 @@ def postgres_target(pool_size: int) -> Iterator[Target]:
                 pool.wait(30)
                 with pool.connection() as conn:
                     conn.execute(postgres.SCHEMA)
-
                     conn.execute("CREATE TABLE bench_bare (k integer PRIMARY KEY, v integer)")
                     conn.execute("INSERT INTO bench_bare VALUES (1, 0)")
                     conn.commit()
