@@ -13,13 +13,26 @@ from agentsessions.tools import Tool
 
 @attrs.frozen
 class Usage:
-    """Tokens a model call consumed, as the provider counted them."""
+    """Tokens a model call consumed, as the provider counted them.
+
+    ``input_tokens`` counts the input read neither from the provider's prompt cache nor
+    into it (Anthropic's meaning; for Chat Completions, ``prompt_tokens`` less its cached
+    tokens); ``cache_read_tokens`` the input read from the cache, ``cache_write_tokens``
+    the input written to it. Adding two ``Usage`` adds all four counts.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens)
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+        )
 
 
 @attrs.frozen

@@ -91,7 +91,7 @@ class ReactLoop:
         self.hold = hold
         self.tools = {tool.name: tool for tool in spec.tools}
         self.steps = 0
-        self.input_tokens = self.output_tokens = 0
+        self.input_tokens = self.output_tokens = self.cache_read_tokens = self.cache_write_tokens = 0
         self.stop_reason: str = ""
         # Steers from the run's box that are in the transcript but in no save yet: if the
         # run fails before one, they are reported unapplied; and those it had no step left for.
@@ -142,8 +142,11 @@ class ReactLoop:
         if emit:
             emit(ev.ModelResponded(step, response))
         # Counted as two ints and made a Usage once, at the end: a Usage a step is garbage.
-        self.input_tokens += response.usage.input_tokens
-        self.output_tokens += response.usage.output_tokens
+        usage = response.usage
+        self.input_tokens += usage.input_tokens
+        self.output_tokens += usage.output_tokens
+        self.cache_read_tokens += usage.cache_read_tokens
+        self.cache_write_tokens += usage.cache_write_tokens
         self.transcript.append(response.message)
         uses = [c for c in response.message.content if c.type is ContentType.TOOL_USE]
         if not uses:
@@ -299,7 +302,7 @@ class ReactLoop:
     @property
     def usage(self) -> Usage:
         """Tokens the run's model calls consumed, all together."""
-        return Usage(self.input_tokens, self.output_tokens)
+        return Usage(self.input_tokens, self.output_tokens, self.cache_read_tokens, self.cache_write_tokens)
 
     def final_text(self) -> str:
         """The text of the last assistant message, the run's answer."""
