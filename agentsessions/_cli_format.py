@@ -155,15 +155,39 @@ def transcript(messages: Sequence[Message]) -> list[str]:
 
 
 def _block(block: Content) -> list[str]:
-    if block.type is ContentType.TOOL_USE:
+    kind = block.type
+    if kind is ContentType.TOOL_USE:
         first = f"tool call {clean_line(block.name)} [{clean_line(block.id)}]: {clean(block.input)}"
-    elif block.type is ContentType.TOOL_RESULT:
+    elif kind is ContentType.TOOL_RESULT:
         marker = " ERROR" if block.is_error else ""
         first = f"tool result [{clean_line(block.tool_use_id)}]{marker}: {clean(block.text)}"
+    elif kind is ContentType.THINKING:
+        first = f"thinking{' (signed)' if block.signature else ''}: {clean(block.text)}"
+    elif kind is ContentType.REDACTED_THINKING:
+        first = f"redacted thinking ({len(block.data)} characters)"
+    elif kind is ContentType.IMAGE or kind is ContentType.DOCUMENT:
+        first = _media(block)
+    elif kind is ContentType.RAW:
+        shown = f": {clean(block.text)}" if block.text else ""
+        first = f"{clean_line(block.name)} block {clean_line(_raw_type(block.data))}{shown}"
     else:
         first = clean(block.text)
     # Continuation lines sit under the block's first line, so blocks stay apart however long.
     return [_INDENT + line for line in first.split("\n")]
+
+
+def _media(block: Content) -> str:
+    where = (
+        clean_line(block.url) if block.url else f"{clean_line(block.media_type)}, {len(block.data)} base64 characters"
+    )
+    title = f" {clean_line(block.name)!r}" if block.name else ""
+    returned = f" from tool call [{clean_line(block.tool_use_id)}]" if block.tool_use_id else ""
+    return f"{block.type.value}{title}{returned}: {where}"
+
+
+def _raw_type(data: str) -> str:
+    kind = json.loads(data).get("type")
+    return kind if isinstance(kind, str) else "(untyped)"
 
 
 def show_json(info: SessionInfo, steers: Sequence[Steer], transcript_dump: str) -> dict[str, Any]:

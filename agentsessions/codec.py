@@ -13,8 +13,14 @@ instead: text as JSON strings, each surrogate as its code point, an integer, so
 ``"x\\ud83d\\ude00y"`` is ``["x",55357,56832,"y"]``. Every other field stays a plain JSON
 string. Version 1 wrote surrogates as escapes; it is still read, with JSON's meaning.
 
+Version 3 added the block types of the whole transcript (thinking, images and documents,
+providers' raw blocks) and their fields (``signature``, ``data``, ``media_type``, ``url``).
+It also made every block carry only the fields its type uses. Rows of versions 1 and 2
+are read as they were written, except that a field a block's type does not use (which
+versions 1 and 2 kept, though the library never wrote one) is left out.
+
 Reading decodes with msgspec when it is installed, and with the stdlib otherwise. A row
-as this version writes it (it begins ``{"v":2,``) is decoded by msgspec straight into a
+as this version writes it (it begins ``{"v":3,``) is decoded by msgspec straight into a
 ``Message``, its types checked on the way, in three quarters of the time; anything msgspec
 refuses there (a field spelled as pieces, a row of another version, foreign text) takes
 the careful path, which decides. That path decodes with msgspec too, which returns the
@@ -31,10 +37,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentsessions.errors import FormatError
-from agentsessions.messages import STR_FIELDS, Content, Message, check_transcript
+from agentsessions.messages import FIELDS, STR_FIELDS, Content, Message, check_transcript
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 _PIECES_SINCE = 2  # the first version that writes a field with surrogates as a list of pieces
+_SHAPED_SINCE = 3  # the first version whose blocks carry only the fields their type uses
+_USED_FIELDS = {kind.value: used for kind, used in FIELDS.items()}
 _SURROGATE = re.compile("([\ud800-\udfff])")
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False).encode
@@ -77,6 +85,14 @@ def _content_obj(block: Content) -> dict[str, Any]:
         obj["tool_use_id"] = block.tool_use_id
     if block.is_error:
         obj["is_error"] = True
+    if block.signature:
+        obj["signature"] = block.signature
+    if block.data:
+        obj["data"] = block.data
+    if block.media_type:
+        obj["media_type"] = block.media_type
+    if block.url:
+        obj["url"] = block.url
     return obj
 
 
@@ -159,23 +175,40 @@ def _blocks(objs: list[Any], version: int) -> list[Content]:
         get = obj.get
         try:
             block = Content(  # positional: the quickest call
-                obj["type"], get("text", ""), get("id", ""), get("name", ""), get("input", ""),
-                get("tool_use_id", ""), get("is_error", False),
+                obj["type"],
+                get("text", ""),
+                get("id", ""),
+                get("name", ""),
+                get("input", ""),
+                get("tool_use_id", ""),
+                get("is_error", False),
+                get("signature", ""),
+                get("data", ""),
+                get("media_type", ""),
+                get("url", ""),
             )
-        except TypeError:
-            # Rare: a field holding surrogates, spelled as pieces (a list), which Content refuses.
-            if version < _PIECES_SINCE or not any(type(obj.get(name)) is list for name in STR_FIELDS):
-                raise
-            block = _pieced_content(obj, version)
+        except (TypeError, ValueError):
+            block = _rare_block(obj, version)
         blocks.append(block)
     return blocks
 
 
-def _pieced_content(obj: dict[str, Any], version: int) -> Content:
-    """The block whose text fields are spelled as pieces, each field joined into one str."""
-    joined = {k: _joined(v, k) if type(v) is list and k in STR_FIELDS else v for k, v in obj.items()}
-    (block,) = _blocks([joined], version)
-    return block
+def _rare_block(obj: dict[str, Any], version: int) -> Content:
+    """A block that does not build as it stands: surrogates spelled as pieces, or an old row's unused field.
+
+    Anything else raises, as building it did.
+    """
+    if version >= _PIECES_SINCE and any(type(obj.get(name)) is list for name in STR_FIELDS):
+        joined = {k: _joined(v, k) if type(v) is list and k in STR_FIELDS else v for k, v in obj.items()}
+        (block,) = _blocks([joined], version)
+        return block
+    kind = obj.get("type")
+    if version < _SHAPED_SINCE and kind in _USED_FIELDS:
+        used = {k: v for k, v in obj.items() if k in _USED_FIELDS[kind]}
+        if len(used) < len(obj) - 1:  # it had a field its type does not use: read it without that field
+            (block,) = _blocks([{"type": kind, **used}], _SHAPED_SINCE)
+            return block
+    return Content(**obj)  # raises what is wrong with it
 
 
 def _message(obj: dict[str, Any], version: int, what: str) -> Message:

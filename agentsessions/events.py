@@ -76,10 +76,14 @@ class ToolCalled:
 
 @attrs.frozen
 class ToolReturned:
-    """A tool call ended; ``result`` is the ``TOOL_RESULT`` block the model will read."""
+    """A tool call ended; ``result`` is the ``TOOL_RESULT`` block the model will read.
+
+    ``media`` holds the images and documents the tool returned with it, if any.
+    """
 
     step: int
     result: Content
+    media: tuple[Content, ...] = ()
 
 
 @attrs.frozen

@@ -150,7 +150,10 @@ class ReactLoop:
         self.transcript.append(response.message)
         uses = [c for c in response.message.content if c.type is ContentType.TOOL_USE]
         if not uses:
-            self.stop_reason = response.stop_reason or "end_turn"
+            # A pause (a server tool still working) is not the end: the next step sends the
+            # transcript back as it is, and the provider goes on from its own last message.
+            if response.stop_reason != StopReason.PAUSE_TURN:
+                self.stop_reason = response.stop_reason or "end_turn"
             return
         self.call_tools(uses, [])
 
@@ -175,17 +178,20 @@ class ReactLoop:
                 self.stop_reason = StopReason.CANCELLED
                 results.append(Content.tool_result(use.id, CANCELLED_TOOL, is_error=True))
                 continue
-            results.append(self.call_tool(use))
+            results += self.call_tool(use)
             if journal:
                 self.put_results(results)
                 self.save()
         self.put_results(results)
 
     def put_results(self, results: list[Content]) -> None:
-        """Make ``results`` the tool results of the user message after the last calls, before its other text."""
+        """Make ``results`` (with the media tools returned) those of the user message after the last calls.
+
+        They go before the message's other blocks, such as steers.
+        """
         last = self.transcript[-1]
         if last.role is Role.USER:
-            others = tuple(c for c in last.content if c.type is not ContentType.TOOL_RESULT)
+            others = tuple(c for c in last.content if not c.part_of_result)
             self.transcript[-1] = Message(Role.USER, (*results, *others))
         else:
             self.transcript.append(Message(Role.USER, results))
@@ -202,10 +208,13 @@ class ReactLoop:
         redo = {
             r.tool_use_id
             for r in results
-            if r.is_error and r.text == IN_DOUBT and _tool_of(self.tools, uses, r).idempotent
+            if r.type is ContentType.TOOL_RESULT
+            and r.is_error
+            and r.text == IN_DOUBT
+            and _tool_of(self.tools, uses, r).idempotent
         }
         kept = [r for r in results if r.tool_use_id not in redo]
-        answered = {r.tool_use_id for r in kept}
+        answered = {r.tool_use_id for r in kept if r.type is ContentType.TOOL_RESULT}
         missing = [use for use in uses if use.id not in answered]
         if missing:
             self.call_tools(missing, kept)
@@ -216,18 +225,18 @@ class ReactLoop:
         if transcript and transcript[-1].role is Role.ASSISTANT:
             return list(transcript[-1].tool_uses), []
         if len(transcript) >= 2 and transcript[-2].role is Role.ASSISTANT:
-            results = [c for c in transcript[-1].content if c.type is ContentType.TOOL_RESULT]
+            results = [c for c in transcript[-1].content if c.part_of_result]
             return list(transcript[-2].tool_uses), results
         return [], []
 
-    def call_tool(self, use: Content) -> Content:
-        """Run one tool call, reporting it to the event sink."""
+    def call_tool(self, use: Content) -> list[Content]:
+        """Run one tool call, reporting it to the event sink: its result, then the media the tool returned."""
         if self.emit:
             self.emit(ev.ToolCalled(self.steps, use))
-        result = call(self.tools, use)
+        blocks = call(self.tools, use)
         if self.emit:
-            self.emit(ev.ToolReturned(self.steps, result))
-        return result
+            self.emit(ev.ToolReturned(self.steps, blocks[0], tuple(blocks[1:])))
+        return blocks
 
     def cancelled(self) -> bool:
         """Whether ``Run.cancel`` or, through the store, another replica asked the run to stop."""

@@ -25,10 +25,15 @@ class Pattern(enum.StrEnum):
 
 
 class StopReason(enum.StrEnum):
-    """Why a run stopped. A model's own reason (``"end_turn"``, ``"max_tokens"``...) is kept as it came."""
+    """Why a run stopped. A model's own reason (``"end_turn"``, ``"max_tokens"``...) is kept as it came.
+
+    ``PAUSE_TURN`` is a model's reason that never ends a run (unless ``max_steps`` does).
+    """
 
     END_TURN = "end_turn"
     MAX_TOKENS = "max_tokens"
+    PAUSE_TURN = "pause_turn"
+    """Not a stop: the provider paused a long turn (a server tool at work); the run asks it to go on."""
     MAX_STEPS = "max_steps"
     CANCELLED = "cancelled"
     ERROR = "error"

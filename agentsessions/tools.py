@@ -9,12 +9,17 @@ import re
 import sys
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Union, get_args, get_origin, overload
 
 import attrs
 
-from agentsessions.messages import Content
+from agentsessions.messages import MEDIA, Content, ContentType
+
+ToolOutput = str | Sequence[Content]
+"""What a tool returns: a str, or a sequence of ``TEXT``, ``IMAGE`` and ``DOCUMENT`` blocks."""
+
+_RESULT_BLOCKS = frozenset({ContentType.TEXT, *MEDIA})
 
 
 def _schema_object(_: object, __: attrs.Attribute[Any], value: object) -> None:
@@ -26,8 +31,11 @@ def _schema_object(_: object, __: attrs.Attribute[Any], value: object) -> None:
 class Tool:
     """A function the model may call.
 
-    ``fn`` is called with the parsed arguments as keyword arguments and returns a str,
-    which the model reads as the result. ``input_schema`` is the JSON schema of those
+    ``fn`` is called with the parsed arguments as keyword arguments and returns a str, which
+    the model reads as the result, or a sequence of ``TEXT``, ``IMAGE`` and ``DOCUMENT``
+    blocks (a screenshot and its caption): their text, joined by newlines, is the result's
+    text, and the images and documents follow the result in the transcript, carrying its
+    ``tool_use_id``, so that the model sees them as part of it. ``input_schema`` is the JSON schema of those
     arguments, as the providers expect it. ``idempotent`` says that running a call twice
     does no more than running it once: with ``Spec(journal=True)``, a call that a crash
     left in doubt runs again only then (any other gets an error result saying its result
@@ -37,31 +45,59 @@ class Tool:
     name: str = attrs.field(validator=attrs.validators.matches_re(r"^[a-zA-Z0-9_-]{1,64}$"))
     description: str = attrs.field(validator=attrs.validators.instance_of(str))
     input_schema: Mapping[str, Any] = attrs.field(validator=_schema_object, eq=False)
-    fn: Callable[..., str] = attrs.field(validator=attrs.validators.is_callable(), eq=False)
+    fn: Callable[..., ToolOutput] = attrs.field(validator=attrs.validators.is_callable(), eq=False)
     idempotent: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool), kw_only=True)
 
 
-def call(tools: Mapping[str, Tool], use: Content) -> Content:
-    """Run one tool call; every mistake of the model's becomes an error result, never a raise."""
+def call(tools: Mapping[str, Tool], use: Content) -> list[Content]:
+    """Run one tool call: its result block, then any media the tool returned.
+
+    Every mistake of the model's, and every failure of the tool's, becomes an error result
+    the model reads, never a raise.
+    """
     tool = tools.get(use.name)
     if tool is None:
         known = ", ".join(sorted(tools)) or "none"
-        return Content.tool_result(use.id, f"unknown tool {use.name!r}; the tools are: {known}", is_error=True)
+        return [Content.tool_result(use.id, f"unknown tool {use.name!r}; the tools are: {known}", is_error=True)]
     try:
         arguments = json.loads(use.input) if use.input.strip() else {}
     except ValueError as error:
-        return Content.tool_result(use.id, f"the arguments are not valid JSON: {error}", is_error=True)
+        return [Content.tool_result(use.id, f"the arguments are not valid JSON: {error}", is_error=True)]
     if not isinstance(arguments, dict):
-        return Content.tool_result(use.id, "the arguments must be a JSON object", is_error=True)
+        return [Content.tool_result(use.id, "the arguments must be a JSON object", is_error=True)]
     try:
         output = tool.fn(**arguments)
     except Exception as error:  # a tool's failure is an observation for the model, not a crash
-        return Content.tool_result(use.id, f"{type(error).__name__}: {error}", is_error=True)
-    if not isinstance(output, str):
-        return Content.tool_result(
-            use.id, f"tool {tool.name!r} returned {type(output).__name__}, not str", is_error=True
+        return [Content.tool_result(use.id, f"{type(error).__name__}: {error}", is_error=True)]
+    if isinstance(output, str):
+        return [Content.tool_result(use.id, output)]
+    return _blocks_result(tool.name, use.id, output)
+
+
+def _blocks_result(tool_name: str, call_id: str, output: object) -> list[Content]:
+    """The result of a tool that returned blocks: their text as the result's, their media after it."""
+    problem = _not_blocks(output)
+    if problem:
+        message = (
+            f"tool {tool_name!r} returned {problem}; a tool returns a str or a list of TEXT, IMAGE and DOCUMENT blocks"
         )
-    return Content.tool_result(use.id, output)
+        return [Content.tool_result(call_id, message, is_error=True)]
+    blocks: list[Content] = list(output)  # type: ignore[call-overload]
+    text = "\n".join(block.text for block in blocks if block.type is ContentType.TEXT)
+    media = [attrs.evolve(block, tool_use_id=call_id) for block in blocks if block.type in MEDIA]
+    return [Content.tool_result(call_id, text), *media]
+
+
+def _not_blocks(output: object) -> str:
+    """What is wrong with a tool's output that is not a str, in words for the model; ``""`` if nothing."""
+    if not isinstance(output, Sequence) or isinstance(output, (bytes, bytearray)):
+        return type(output).__name__
+    for block in output:
+        if not isinstance(block, Content):
+            return f"a list holding {type(block).__name__}"
+        if block.type not in _RESULT_BLOCKS:
+            return f"a list holding a {block.type.value} block"
+    return ""
 
 
 _JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
@@ -125,7 +161,7 @@ def _docstring_parts(doc: str) -> tuple[str, dict[str, str]]:
     return summary.strip(), described
 
 
-def _type_hints(fn: Callable[..., str], localns: dict[str, Any]) -> dict[str, Any]:
+def _type_hints(fn: Callable[..., ToolOutput], localns: dict[str, Any]) -> dict[str, Any]:
     """``fn``'s evaluated type hints, looking names up where ``@tool`` was applied, then in ``fn``'s module.
 
     The place of decoration matters under ``from __future__ import annotations``, whose hints
@@ -137,7 +173,7 @@ def _type_hints(fn: Callable[..., str], localns: dict[str, Any]) -> dict[str, An
         raise TypeError(f"@tool cannot evaluate the type hint of {_failing_hint(fn, localns)}: {error}") from error
 
 
-def _failing_hint(fn: Callable[..., str], localns: dict[str, Any]) -> str:
+def _failing_hint(fn: Callable[..., ToolOutput], localns: dict[str, Any]) -> str:
     """Which of ``fn``'s hints does not evaluate, for the error message."""
     for name, annotation in getattr(fn, "__annotations__", {}).items():
         try:
@@ -163,7 +199,7 @@ def _schema_of(parameter: inspect.Parameter, hints: dict[str, Any], fn_name: str
     return _json_schema(hints[parameter.name], where)
 
 
-def _derive(fn: Callable[..., str], name: str | None, description: str | None, localns: dict[str, Any]) -> Tool:
+def _derive(fn: Callable[..., ToolOutput], name: str | None, description: str | None, localns: dict[str, Any]) -> Tool:
     summary, described = _docstring_parts(fn.__doc__ or "")
     hints = _type_hints(fn, localns)
     properties: dict[str, Any] = {}
@@ -186,19 +222,19 @@ def _derive(fn: Callable[..., str], name: str | None, description: str | None, l
 
 
 @overload
-def tool(fn: Callable[..., str], /) -> Tool: ...
+def tool(fn: Callable[..., ToolOutput], /) -> Tool: ...
 @overload
 def tool(
     *, name: str | None = None, description: str | None = None, idempotent: bool = False
-) -> Callable[[Callable[..., str]], Tool]: ...
+) -> Callable[[Callable[..., ToolOutput]], Tool]: ...
 def tool(
-    fn: Callable[..., str] | None = None,
+    fn: Callable[..., ToolOutput] | None = None,
     /,
     *,
     name: str | None = None,
     description: str | None = None,
     idempotent: bool = False,
-) -> Tool | Callable[[Callable[..., str]], Tool]:
+) -> Tool | Callable[[Callable[..., ToolOutput]], Tool]:
     """Make a :class:`Tool` from a typed function.
 
     The name is the function's, the description its docstring up to ``Args:``, and the
@@ -214,7 +250,7 @@ def tool(
     if fn is not None:
         return attrs.evolve(_derive(fn, name, description, sys._getframe(1).f_locals), idempotent=idempotent)
 
-    def decorate(f: Callable[..., str]) -> Tool:
+    def decorate(f: Callable[..., ToolOutput]) -> Tool:
         return attrs.evolve(_derive(f, name, description, sys._getframe(1).f_locals), idempotent=idempotent)
 
     return decorate

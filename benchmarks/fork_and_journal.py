@@ -109,8 +109,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a few rounds, SQLite only: check that it works")
     args = parser.parse_args()
     steps, rounds, length = (5, 2, 50) if args.quick else (40, 9, 2000)
-    print(f"{'store':10} {'fork ' + str(length):>12} {'save of 1':>10} {'ratio':>7}   "
-          f"{'step, journal':>14} {'step, plain':>12} {'ratio':>7}")
+    print(
+        f"{'store':10} {'fork ' + str(length):>12} {'save of 1':>10} {'ratio':>7}   "
+        f"{'step, journal':>14} {'step, plain':>12} {'ratio':>7}"
+    )
     with stores(args.quick) as found:
         if len(found) == 1 and not args.quick:
             print("(PostgreSQL not reachable: SQLite only)")
@@ -118,8 +120,10 @@ def main() -> None:
             fork, save = fork_vs_save(store, length, rounds)
             plain = median_step(store, False, steps, kind, rounds)
             journal = median_step(store, True, steps, kind, rounds)
-            print(f"{kind:10} {fork * 1e3:10.2f}ms {save * 1e3:8.2f}ms {fork / save:6.1f}x   "
-                  f"{journal * 1e3:12.3f}ms {plain * 1e3:10.3f}ms {journal / plain:6.2f}x")
+            print(
+                f"{kind:10} {fork * 1e3:10.2f}ms {save * 1e3:8.2f}ms {fork / save:6.1f}x   "
+                f"{journal * 1e3:12.3f}ms {plain * 1e3:10.3f}ms {journal / plain:6.2f}x"
+            )
 
 
 if __name__ == "__main__":

@@ -13,15 +13,28 @@ The checks are the ones the real API makes on what this library sends: the key a
 version headers, roles that alternate, tool results that answer the tool calls just
 before them (and every call answered), non-empty text, objects as tool input, and, for
 models without prefill (``prefill=False``), a conversation that ends with the user.
+With thinking enabled, the last assistant message of a tool loop must start with its
+thinking block, and every thinking block must carry the signature this fake gave it
+(:func:`thinking` signs). At most four ``cache_control`` breakpoints, never on thinking.
+
+Streamed, each block type goes as the API sends it: text as ``text_delta`` pieces (a
+cited one with a ``citations_delta`` per citation first), thinking as ``thinking_delta``
+pieces and one ``signature_delta``, the input of ``tool_use``, ``server_tool_use`` and
+``mcp_tool_use`` as ``input_json_delta`` pieces, every other block whole in its start.
+
+``count_tokens=True`` makes the usage the fake's own count, with the prompt cache the API
+documents: see :class:`PromptCache`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import attrs
+from fake_prompt_cache import PromptCache
 from fake_server import Fail, FakeServer, Handler, Rejected, dumps, pieces
 
 PREFILL_REFUSED = (
@@ -39,6 +52,24 @@ def tool_use(id: str, name: str, input: dict[str, Any]) -> dict[str, Any]:
     return {"type": "tool_use", "id": id, "name": name, "input": input}
 
 
+def sign(reasoning: str) -> str:
+    """The signature this fake gives a thinking block (the API's is opaque; this one is checkable)."""
+    return "sig_" + hashlib.sha256(reasoning.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+
+
+def thinking(reasoning: str) -> dict[str, Any]:
+    """A thinking block, signed as this fake checks on the way back."""
+    return {"type": "thinking", "thinking": reasoning, "signature": sign(reasoning)}
+
+
+THINKING_FIRST = (
+    "Expected `thinking` or `redacted_thinking`, but found `{found}`. When `thinking` is enabled, a final "
+    "`assistant` message must start with a thinking block (preceeding the lastmost set of `tool_use` and "
+    "`tool_result` blocks). We recommend you include thinking blocks from previous turns."
+)
+_STREAMED_INPUT = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
+
+
 @attrs.frozen
 class Reply:
     """What the scripted model answers; ``cut_after``/``error_after`` break a stream after that many events.
@@ -49,6 +80,8 @@ class Reply:
 
     content: Sequence[dict[str, Any]]
     stop_reason: str | None = None
+    cache_read: int = 0
+    cache_write: int = 0
     silent_stop: bool = False
     input_tokens: int = 11
     output_tokens: int = 7
@@ -65,9 +98,13 @@ class FakeAnthropic(FakeServer):
 
     path = "/v1/messages"
 
-    def __init__(self, script: Sequence[object] = (), *, api_key: str, prefill: bool = True) -> None:
+    def __init__(
+        self, script: Sequence[object] = (), *, api_key: str, prefill: bool = True, count_tokens: bool = False
+    ) -> None:
         super().__init__(script, api_key=api_key)
         self.prefill = prefill
+        self.cache = PromptCache() if count_tokens else None
+        self.usages: list[dict[str, Any]] = []  # the usage of each answer, in order
         self._ids = 0
 
     def error_body(self, fail: Fail, param: str | None, request_id: str) -> object:
@@ -95,6 +132,39 @@ class FakeAnthropic(FakeServer):
             if not isinstance(tool.get("name"), str) or not isinstance(tool.get("input_schema"), dict):
                 raise _invalid(f"tools.{index}: name and input_schema are required")
         self._check_messages(body["messages"])
+        self._check_thinking(body)
+        self._check_breakpoints(body)
+
+    @staticmethod
+    def _check_thinking(body: dict[str, Any]) -> None:
+        for index, message in enumerate(body["messages"]):
+            for number, block in enumerate(_blocks(message)):
+                if block.get("type") == "thinking" and block.get("signature") != sign(block.get("thinking", "")):
+                    raise _invalid(f"messages.{index}.content.{number}: Invalid `signature` in `thinking` block")
+        if (body.get("thinking") or {}).get("type") not in ("enabled", "adaptive"):
+            return
+        replies = [i for i, m in enumerate(body["messages"]) if m["role"] == "assistant"]
+        if not replies:
+            return
+        last = _blocks(body["messages"][replies[-1]])
+        if any(b.get("type") == "tool_use" for b in last) and last[0].get("type") not in (
+            "thinking",
+            "redacted_thinking",
+        ):
+            where = f"messages.{replies[-1]}.content.0.type"
+            raise _invalid(f"{where}: " + THINKING_FIRST.format(found=last[0].get("type")))
+
+    @staticmethod
+    def _check_breakpoints(body: dict[str, Any]) -> None:
+        system = body.get("system")
+        blocks = [*body.get("tools", []), *(system if isinstance(system, list) else [])]
+        blocks += [b for m in body["messages"] for b in _blocks(m)]
+        marked = [b for b in blocks if "cache_control" in b]
+        if len(marked) > 4:
+            raise _invalid(f"A maximum of 4 blocks with cache_control may be provided. Found {len(marked)}.")
+        for block in marked:
+            if block.get("type") in ("thinking", "redacted_thinking"):
+                raise _invalid("messages: thinking blocks cannot be marked with cache_control")
 
     def _check_messages(self, messages: list[Any]) -> None:
         if not messages:
@@ -157,7 +227,7 @@ class FakeAnthropic(FakeServer):
             "content": list(answer.content),
             "stop_reason": None if answer.silent_stop else answer.stop_reason or _stop_reason(answer.content),
             "stop_sequence": None,
-            "usage": {"input_tokens": answer.input_tokens, "output_tokens": answer.output_tokens},
+            "usage": self._usage(body, answer),
         }
         if not body.get("stream"):
             handler.send_json(200, message)
@@ -173,6 +243,20 @@ class FakeAnthropic(FakeServer):
             if event["type"] != "message_delta" or not answer.silent_stop:
                 handler.send_event(dumps(event, ensure_ascii=False), event["type"])
         handler.end_stream()
+
+    def _usage(self, body: dict[str, Any], answer: Reply) -> dict[str, Any]:
+        read, write, uncached = (answer.cache_read, answer.cache_write, answer.input_tokens)
+        if self.cache is not None:
+            with self._lock:
+                read, write, uncached = self.cache.account(body)
+        usage = {
+            "input_tokens": uncached,
+            "cache_creation_input_tokens": write,
+            "cache_read_input_tokens": read,
+            "output_tokens": answer.output_tokens,
+        }
+        self.usages.append(usage)
+        return usage
 
 
 def _blocks(message: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -190,20 +274,43 @@ def _events(message: dict[str, Any]) -> Iterator[dict[str, Any]]:
     start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
     yield {"type": "message_start", "message": start}
     for index, block in enumerate(message["content"]):
-        if block["type"] == "text":
-            yield {"type": "content_block_start", "index": index, "content_block": text("")}
-            if index == 0:
-                yield {"type": "ping"}
-            for piece in pieces(block["text"]):
-                yield {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}}
-        else:
-            yield {"type": "content_block_start", "index": index, "content_block": {**block, "input": {}}}
-            # The API's first input_json_delta is empty; an empty input has no other.
-            streamed = pieces(dumps(block["input"], ensure_ascii=False), 6) if block["input"] else []
-            for piece in ["", *streamed]:
-                json_delta = {"type": "input_json_delta", "partial_json": piece}
-                yield {"type": "content_block_delta", "index": index, "delta": json_delta}
+        yield from _block_events(index, block)
         yield {"type": "content_block_stop", "index": index}
     delta: dict[str, Any] = {"stop_reason": message["stop_reason"], "stop_sequence": None}
     yield {"type": "message_delta", "delta": delta, "usage": {"output_tokens": usage["output_tokens"]}}
     yield {"type": "message_stop"}
+
+
+def _block_events(index: int, block: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """One block's start and deltas, as the API streams its type."""
+
+    def delta(**fields: Any) -> dict[str, Any]:
+        return {"type": "content_block_delta", "index": index, "delta": fields}
+
+    kind = block["type"]
+    if kind == "text":
+        start = text("") if "citations" not in block else {**text(""), "citations": []}
+        yield {"type": "content_block_start", "index": index, "content_block": start}
+        if index == 0:
+            yield {"type": "ping"}
+        for citation in block.get("citations") or []:
+            yield delta(type="citations_delta", citation=citation)
+        for piece in pieces(block["text"]):
+            yield delta(type="text_delta", text=piece)
+    elif kind == "thinking":
+        yield {
+            "type": "content_block_start",
+            "index": index,
+            "content_block": {**block, "thinking": "", "signature": ""},
+        }
+        for piece in pieces(block["thinking"]):
+            yield delta(type="thinking_delta", thinking=piece)
+        yield delta(type="signature_delta", signature=block["signature"])
+    elif kind in _STREAMED_INPUT:
+        yield {"type": "content_block_start", "index": index, "content_block": {**block, "input": {}}}
+        # The API's first input_json_delta is empty; an empty input has no other.
+        streamed = pieces(dumps(block["input"], ensure_ascii=False), 6) if block["input"] else []
+        for piece in ["", *streamed]:
+            yield delta(type="input_json_delta", partial_json=piece)
+    else:
+        yield {"type": "content_block_start", "index": index, "content_block": block}

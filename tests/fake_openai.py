@@ -53,6 +53,8 @@ class Reply:
     finish_reason: str | None = None
     prompt_tokens: int = 13
     completion_tokens: int = 5
+    cached_tokens: int | None = None  # prompt_tokens_details.cached_tokens, when set
+    reasoning_content: str | None = None  # as vLLM and DeepSeek send a reasoning model's thoughts
     cut_after: int | None = None
     error_after: int | None = None
     repeat_call_head: bool = False  # send each call's id and name again with every piece, as some servers do
@@ -148,22 +150,26 @@ class FakeOpenAI(FakeServer):
         if content is None and message.get("tool_calls"):
             return
         parts = [{"type": "text", "text": content}] if isinstance(content, str) else content
-        if not isinstance(parts, list) or any(
-            p.get("type") != "text" or not isinstance(p.get("text"), str) for p in parts
-        ):
+        # Only a user message takes images and files; every other role takes text parts only.
+        allowed = _USER_PARTS if message.get("role") == "user" else {"text": _is_text}
+        if not isinstance(parts, list) or any(not allowed.get(p.get("type"), _never)(p) for p in parts):
             raise _invalid(f"Invalid type for 'messages[{index}].content'.", f"messages[{index}].content")
 
     def reply(self, handler: Handler, body: dict[str, Any], answer: object) -> None:
         """Answer with a chat.completion object, or stream it as chunks."""
         assert isinstance(answer, Reply), f"not an answer this fake knows: {answer!r}"
         finish_reason = answer.finish_reason or ("tool_calls" if answer.tool_calls else "stop")
-        usage = {
+        usage: dict[str, Any] = {
             "prompt_tokens": answer.prompt_tokens,
             "completion_tokens": answer.completion_tokens,
             "total_tokens": answer.prompt_tokens + answer.completion_tokens,
         }
+        if answer.cached_tokens is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": answer.cached_tokens, "audio_tokens": 0}
         if not body.get("stream"):
             message: dict[str, Any] = {"role": "assistant", "content": answer.content, "refusal": answer.refusal}
+            if answer.reasoning_content is not None:
+                message["reasoning_content"] = answer.reasoning_content
             if answer.tool_calls:
                 message["tool_calls"] = [_call(call) for call in answer.tool_calls]
             choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
@@ -182,6 +188,27 @@ class FakeOpenAI(FakeServer):
         handler.end_stream()
 
 
+def _is_text(part: dict[str, Any]) -> bool:
+    return isinstance(part.get("text"), str)
+
+
+def _is_image(part: dict[str, Any]) -> bool:
+    url = (part.get("image_url") or {}).get("url")
+    return isinstance(url, str) and (url.startswith(("https://", "http://")) or url.startswith("data:image/"))
+
+
+def _is_file(part: dict[str, Any]) -> bool:
+    file = part.get("file") or {}
+    return (isinstance(file.get("file_data"), str) and file["file_data"].startswith("data:")) or "file_id" in file
+
+
+def _never(_: dict[str, Any]) -> bool:
+    return False
+
+
+_USER_PARTS = {"text": _is_text, "image_url": _is_image, "file": _is_file}
+
+
 def _head(body: dict[str, Any], kind: str) -> dict[str, Any]:
     return {"id": "chatcmpl-fake", "object": kind, "created": 1700000000, "model": body["model"]}
 
@@ -190,7 +217,7 @@ def _call(call: Call) -> dict[str, Any]:
     return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
 
 
-def _chunks(body: dict[str, Any], answer: Reply, finish_reason: str, usage: dict[str, int] | None) -> Iterator[str]:
+def _chunks(body: dict[str, Any], answer: Reply, finish_reason: str, usage: dict[str, Any] | None) -> Iterator[str]:
     """The ``data:`` payloads of a streamed reply, in the API's order."""
     extra = {"usage": None} if usage is not None else {}
 
@@ -199,6 +226,8 @@ def _chunks(body: dict[str, Any], answer: Reply, finish_reason: str, usage: dict
         return json.dumps({**_head(body, "chat.completion.chunk"), "choices": [choice], **extra}, ensure_ascii=False)
 
     yield chunk({"role": "assistant", "content": "", "refusal": None})
+    for piece in pieces(answer.reasoning_content or ""):
+        yield chunk({"reasoning_content": piece})
     for piece in pieces(answer.content or ""):
         yield chunk({"content": piece})
     for piece in pieces(answer.refusal or ""):

@@ -146,6 +146,7 @@ class FakeServer:
         self.api_key = api_key
         self.script: deque[object] = deque(script)
         self.requests: list[Seen] = []
+        self.raw_bodies: list[bytes] = []  # each request's body as it arrived, byte for byte
         self.connections = 0
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -188,6 +189,7 @@ class FakeServer:
         headers = {name.lower(): value for name, value in handler.headers.items()}
         with self._lock:
             self.requests.append(Seen(handler.path, headers, body))
+            self.raw_bodies.append(raw)
             request_id = f"req_fake{len(self.requests):04d}"
         handler.extra_headers = {self.request_id_header: request_id}
         try:

@@ -392,8 +392,14 @@ def test_postgres_errors_never_show_the_password() -> None:
 
 
 def test_mysql_errors_never_show_the_password() -> None:
-    require_server("MariaDB", lambda: __import__("pymysql").connect(host=MYSQL_HOST, port=MYSQL_PORT,
-                   user=MYSQL_USER, password=MYSQL_PASSWORD, connect_timeout=5).close())
+    require_server(
+        "MariaDB",
+        lambda: (
+            __import__("pymysql")
+            .connect(host=MYSQL_HOST, port=MYSQL_PORT, user=MYSQL_USER, password=MYSQL_PASSWORD, connect_timeout=5)
+            .close()
+        ),
+    )
     wrong = _never_shows(cli("--store", _mysql_url(MYSQL_HOST, MYSQL_PORT, MYSQL_USER, SECRET, "test"), "list"))
     assert wrong.code == Exit.STORE and "Access denied" in wrong.err and f"{MYSQL_USER}:***@" in wrong.err
     unreachable = _never_shows(cli("--store", f"mysql://root:{SECRET}@127.0.0.1:1/test", "show", "x"))
@@ -401,8 +407,9 @@ def test_mysql_errors_never_show_the_password() -> None:
 
 
 def test_mongodb_errors_never_show_the_password() -> None:
-    unreachable = _never_shows(cli("--store", f"mongodb://app:{SECRET}@127.0.0.1:1/db?serverSelectionTimeoutMS=300",
-                                   "list"))
+    unreachable = _never_shows(
+        cli("--store", f"mongodb://app:{SECRET}@127.0.0.1:1/db?serverSelectionTimeoutMS=300", "list")
+    )
     assert unreachable.code == Exit.STORE and "mongodb://app:***@127.0.0.1:1/db" in unreachable.err
 
 
@@ -412,7 +419,13 @@ def test_mongodb_errors_never_show_the_password() -> None:
 def _process(*argv: str, env: dict[str, str], stdin: str = "", cwd: Path | None = None) -> Outcome:
     done = subprocess.run(
         [sys.executable, "-m", "agentsessions", *argv],
-        input=stdin, capture_output=True, text=True, env={**os.environ, **env}, cwd=cwd, timeout=120, check=False,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        cwd=cwd,
+        timeout=120,
+        check=False,
     )
     return Outcome(done.returncode, done.stdout, done.stderr)
 
@@ -445,7 +458,10 @@ def test_a_missing_driver_names_the_extra_to_install() -> None:
     script = "import sys; sys.modules['psycopg'] = None; from agentsessions.cli import main; sys.exit(main())"
     done = subprocess.run(
         [sys.executable, "-c", script, "--store", f"postgresql://u:{SECRET}@127.0.0.1/db", "list"],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert done.returncode == Exit.STORE and SECRET not in done.stderr
     assert done.stderr == "agentsessions: the postgres store needs its driver: pip install agentsessions[postgres]\n"

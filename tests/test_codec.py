@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -75,8 +76,20 @@ TRICKY = ["x\ud83d\ude00y", "\ud83d\ude00", "\ude00\ud83d", "\udbff\udfff\ud800\
 
 
 def _every_field(text: str) -> agent.Message:
-    # text, id, name, input and tool_use_id: every str field of a block
-    return agent.Message(agent.Role.USER, [agent.Content(agent.ContentType.TOOL_RESULT, text, text, text, text, text)])
+    # Every str field of every block type, each holding ``text``.
+    C = agent.Content
+    return agent.Message(
+        agent.Role.USER,
+        [
+            C.tool_result(text, text),
+            C.tool_use(text, text, text),
+            C.thinking(text, text),
+            C.redacted_thinking(text),
+            C(agent.ContentType.IMAGE, media_type=text, data=text or "x", tool_use_id=text),
+            C(agent.ContentType.DOCUMENT, name=text, url=text or "x", tool_use_id=text),
+            C.raw(text or "p", json.dumps({"type": text}), text=text),
+        ],
+    )
 
 
 def _round_trips(message: agent.Message) -> None:
@@ -96,14 +109,32 @@ def test_surrogates_lone_or_adjacent_come_back_as_the_same_code_points(text: str
 
 @given(ANY_TEXT, ANY_TEXT, ANY_TEXT)
 def test_any_str_in_any_field_round_trips(text: str, other: str, tool_input: str) -> None:
-    block = agent.Content(agent.ContentType.TOOL_USE, text, other, text + other, tool_input, other + text)
-    _round_trips(agent.Message(agent.Role.ASSISTANT, [block]))
+    C = agent.Content
+    blocks = [
+        C.tool_use(other, text + other, tool_input),
+        C.thinking(text, other),
+        C.redacted_thinking(other + text),
+        C.image(media_type=text or "image/png", data=other or "AA"),
+        C.document(url=text or "https://x", name=other),
+        C.raw(other or "anthropic", json.dumps({"type": "x", "t": text}, ensure_ascii=False), text=text),
+    ]
+    _round_trips(agent.Message(agent.Role.ASSISTANT, blocks))
 
 
 def test_a_field_with_surrogates_is_stored_as_pieces_and_others_as_plain_strings() -> None:
     message = agent.Message(agent.Role.USER, [agent.Content.tool_result("t1", "x\ud83d\ude00y😀")])
     assert codec.dump_message(message) == (
-        '{"v":2,"role":"user","content":[{"type":"tool_result","text":["x",55357,56832,"y😀"],"tool_use_id":"t1"}]}'
+        '{"v":3,"role":"user","content":[{"type":"tool_result","text":["x",55357,56832,"y😀"],"tool_use_id":"t1"}]}'
+    )
+
+
+def test_the_new_fields_are_written_only_when_set() -> None:
+    message = agent.Message(
+        agent.Role.ASSISTANT, [agent.Content.thinking("hm", "sig"), agent.Content.image(url="https://x/a.png")]
+    )
+    assert codec.dump_message(message) == (
+        '{"v":3,"role":"assistant","content":[{"type":"thinking","text":"hm","signature":"sig"},'
+        '{"type":"image","url":"https://x/a.png"}]}'
     )
 
 
@@ -142,7 +173,7 @@ def test_a_version_that_is_not_an_integer_from_1_is_a_format_error(version: str)
         codec.load_message(f'{{"v": {version}, "role": "user", "content": []}}')
 
 
-@pytest.mark.parametrize("brackets", ["[", "{\"a\":"])
+@pytest.mark.parametrize("brackets", ["[", '{"a":'])
 def test_deep_nesting_is_a_format_error_not_a_recursion_error(brackets: str) -> None:
     deep = brackets * 100_000
     with pytest.raises(agent.FormatError, match="nested too deeply"):
@@ -169,3 +200,51 @@ def test_steer_and_id_encoding_keeps_a_surrogate_pair_apart_from_the_astral_char
     assert codec.encode_text(astral) == "😀".encode()  # plain UTF-8: ids stored before read the same
     assert codec.decode_text(codec.encode_text(pair)) == pair
     assert codec.decode_text(codec.encode_text(astral)) == astral
+
+
+# Rows written by the versions before this one, by their own code (tests/fixtures/format/).
+FIXTURES = Path(__file__).parent / "fixtures" / "format"
+
+
+def _written_then(version: int) -> list[agent.Message]:
+    # What the fixtures hold; version 1 wrote the surrogate pair as escapes, so it reads as one character.
+    pair = "😀" if version == 1 else "\ud83d\ude00"
+    C = agent.Content
+    return [
+        agent.Message.user(f"find the bug \x00 in ünïcode 🐛, lone \ud83d, pair {pair}"),
+        agent.Message(agent.Role.ASSISTANT, [C.of_text("let me look"), C.tool_use("t1", "grep", TOOL_ARGS)]),
+        agent.Message(agent.Role.USER, [C.tool_result("t1", "boom", is_error=True), C.of_text("steer: hurry")]),
+        agent.Message.assistant("done"),
+    ]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_rows_and_transcripts_of_older_versions_read_unchanged(version: int) -> None:
+    rows = (FIXTURES / f"v{version}_rows.jsonl").read_text(encoding="utf-8").splitlines()
+    assert all(row.startswith(f'{{"v":{version},') for row in rows)
+    assert [codec.load_message(row) for row in rows] == _written_then(version)
+    assert [codec.load_message(row.encode()) for row in rows] == _written_then(version)
+    assert agent.loads((FIXTURES / f"v{version}_transcript.json").read_text(encoding="utf-8")) == _written_then(version)
+
+
+def test_an_old_row_with_a_field_its_type_does_not_use_is_read_without_it() -> None:
+    row = '{"v":2,"role":"user","content":[{"type":"text","text":"hi","tool_use_id":"t","is_error":true}]}'
+    assert codec.load_message(row) == agent.Message.user("hi")
+    with pytest.raises(agent.FormatError, match="a text block has no tool_use_id"):
+        codec.load_message(row.replace('"v":2', '"v":3'))
+
+
+@pytest.mark.parametrize(
+    ("row", "complaint"),
+    [
+        ('{"v":4,"role":"user","content":[]}', "format version 4, newer than this agentsessions reads"),
+        ('{"v":3,"role":"user","content":[{"type":"raw","name":"anthropic","data":"{oops"}]}', "not JSON"),
+        ('{"v":3,"role":"user","content":[{"type":"raw","name":"anthropic","data":"[1]"}]}', "JSON object"),
+        ('{"v":3,"role":"user","content":[{"type":"image","data":"AA","url":"u","media_type":"x"}]}', "exactly one"),
+        ('{"v":3,"role":"user","content":[{"type":"hologram"}]}', "'hologram' is not a valid ContentType"),
+    ],
+)
+def test_a_row_this_version_cannot_read_is_a_format_error_saying_why(row: str, complaint: str) -> None:
+    for text in (row, row.encode()):
+        with pytest.raises(agent.FormatError, match=complaint):
+            codec.load_message(text)

@@ -71,15 +71,36 @@ def test_a_row_of_this_version_is_read_straight_into_the_same_message(text: str,
 
 
 @needs_fast
+def test_the_new_blocks_are_read_straight_and_checked_as_the_constructor_checks_them() -> None:
+    C = agent.Content
+    message = agent.Message(
+        agent.Role.ASSISTANT,
+        [
+            C.thinking("hm", "c2ln"),
+            C.redacted_thinking("b3BhcXVl"),
+            C.raw("anthropic", '{"type":"server_tool_use","id":"s1"}'),
+            C.image(media_type="image/png", data="iVBORw0KGgo="),
+            C.document(url="https://example.com/a.pdf", name="a"),
+        ],
+    )
+    row = codec.dump_message(message)
+    assert codec._decode_message is not None
+    assert codec._decode_message(row) == message
+
+
+@needs_fast
 @pytest.mark.parametrize(
     ("row", "error"),
     [
-        ('{"v":2,"role":"user","content":[{"type":"text","text":"a","is_error":1}]}', "is_error must be a bool"),
+        ('{"v":3,"role":"user","content":[{"type":"tool_result","is_error":1}]}', "is_error must be a bool"),
+        ('{"v":3,"role":"user","content":[{"type":"text","text":"a","is_error":true}]}', "has no is_error"),
+        ('{"v":3,"role":"user","content":[{"type":"image","data":"AA"}]}', "needs its media_type"),
+        ('{"v":3,"role":"user","content":[{"type":"raw","name":"x","data":"1"}]}', "JSON object"),
         ('{"v":2,"role":"user","content":[{"type":"image"}]}', "malformed message"),
         ('{"v":2,"role":"system","content":[]}', "malformed message"),
         ('{"v":2,"role":"user"}', "malformed message"),
         ('{"v":2,"role":"user","content":[]} trailing', "not JSON"),
-        ('{"v":3,"role":"user","content":[]}', "newer than this agentsessions reads"),
+        ('{"v":4,"role":"user","content":[]}', "newer than this agentsessions reads"),
     ],
 )
 def test_a_row_the_fast_path_refuses_gets_the_careful_paths_error(row: str, error: str) -> None:

@@ -44,7 +44,7 @@ def test_the_request_is_the_messages_api_wire_format(fake: FakeAnthropic) -> Non
         agent.Message(agent.Role.USER, [agent.Content.tool_result("toolu_1", "boom", is_error=True)]),
         agent.Message.user("steer: in Celsius"),  # same role again: merged into the message before
     ]
-    ask(endpoint(fake), *transcript, system="Be brief.", tools=(weather,), max_tokens=321)
+    ask(endpoint(fake, cache=False), *transcript, system="Be brief.", tools=(weather,), max_tokens=321)
 
     seen = fake.requests[0]
     assert seen.headers["x-api-key"] == KEY
@@ -291,8 +291,14 @@ def test_a_react_run_streams_and_not_to_the_same_transcript() -> None:
     assert "".join(d.text for d in deltas if d.step == 2) == streamed.text
     assert not [e for e in whole_events if isinstance(e, ev.TextDelta)]
     # The steer given while the tool ran rides after the tool result, in the same user message.
-    assert fake.requests[1].body["messages"][0]["content"][1] == {"type": "text", "text": "In Celsius, please."}
+    # The cache breakpoints sit where the first request ended and where this one ends.
+    cached = {"cache_control": {"type": "ephemeral"}}
+    assert fake.requests[1].body["messages"][0]["content"][1] == {
+        "type": "text",
+        "text": "In Celsius, please.",
+        **cached,
+    }
     assert fake.requests[1].body["messages"][2] == {"role": "user", "content": [
         {"type": "tool_result", "tool_use_id": "toolu_01", "content": "Zürich: 21 °C, sunny"},
-        {"type": "text", "text": "And Paris?"},
+        {"type": "text", "text": "And Paris?", **cached},
     ]}  # fmt: skip

@@ -37,9 +37,15 @@ def test_sse_utf8_split_between_chunks_and_raw_line_separators_in_data() -> None
     assert events(raw[:9], raw[9:11], raw[11:]) == [("message", '{"t": "ü\u2028✓\x85"}')]
 
 
-def test_sse_an_event_without_its_blank_line_is_dropped() -> None:
-    assert events(b"data: done\n\ndata: cut") == [("message", "done")]
+def test_sse_an_event_without_its_blank_line_is_dispatched_marked_as_not_ended() -> None:
+    # As the official SDKs do: their own recordings end without the last newline.
+    assert list(parse_sse([b"data: done\n\ndata: cut"])) == [
+        ServerSentEvent("message", "done"),
+        ServerSentEvent("message", "cut", ended=False),
+    ]
+    assert list(parse_sse([b"data: x\n"])) == [ServerSentEvent("message", "x", ended=False)]
     assert list(parse_sse([b"data: x\n\n"])) == [ServerSentEvent("message", "x")]
+    assert list(parse_sse([b"data: x\n\nevent: ping\n"])) == [ServerSentEvent("message", "x")]
 
 
 def test_sse_a_leading_byte_order_mark_is_not_part_of_the_first_field_name() -> None:

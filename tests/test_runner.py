@@ -216,3 +216,40 @@ def test_bad_run_arguments_are_refused() -> None:
         runner.run(agent.Spec(), [], object())  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="steer is a str"):
         runner.start(agent.Spec(), [USER], ScriptedEndpoint([agent.Message.assistant("x")])).steer(b"x")  # type: ignore[arg-type]
+
+
+def test_a_pause_turn_is_not_the_end_the_run_sends_the_transcript_back() -> None:
+    paused = agent.Message(
+        agent.Role.ASSISTANT, [agent.Content.raw("anthropic", '{"type":"server_tool_use","id":"s1"}')]
+    )
+    model = ScriptedEndpoint(
+        [
+            agent.ModelResponse(paused, "pause_turn"),
+            agent.ModelResponse(agent.Message.assistant("found it"), "end_turn"),
+        ]
+    )
+    result = agent.Runner().run(agent.Spec(), [agent.Message.user("search")], model)
+    assert (result.text, result.steps, result.stop_reason) == ("found it", 2, "end_turn")
+    assert model.requests[1].messages == (agent.Message.user("search"), paused)
+
+
+def test_a_pause_turn_in_the_last_step_stops_at_max_steps() -> None:
+    paused = agent.Message.assistant("working")
+    model = ScriptedEndpoint([agent.ModelResponse(paused, "pause_turn")])
+    result = agent.Runner().run(agent.Spec(max_steps=1), [agent.Message.user("search")], model)
+    assert (result.steps, result.stop_reason) == (1, "max_steps")
+
+
+def test_usage_sums_every_count_over_the_run() -> None:
+    call = agent.Message(agent.Role.ASSISTANT, [agent.Content.tool_use("c1", "nothing", "{}")])
+    model = ScriptedEndpoint(
+        [
+            agent.ModelResponse(call, "tool_use", agent.Usage(10, 2, cache_read_tokens=0, cache_write_tokens=100)),
+            agent.ModelResponse(agent.Message.assistant("ok"), "end_turn", agent.Usage(3, 4, 100, 20)),
+        ]
+    )
+    seen: list[agent.Usage] = []
+    events = lambda e: seen.append(e.response.usage) if isinstance(e, ev.ModelResponded) else None  # noqa: E731
+    result = agent.Runner().run(agent.Spec(), [agent.Message.user("go")], model, events=events)
+    assert result.usage == agent.Usage(13, 6, 100, 120)
+    assert sum(seen, agent.Usage()) == result.usage

@@ -600,9 +600,7 @@ def test_forks_racing_saves_of_their_source_copy_a_prefix_of_one_saved_version(s
         assert any(messages == version[:at] for version in versions), f"a fork at {at} is a prefix of no saved version"
 
 
-def test_a_fork_sends_no_message_to_python(
-    store: mysql.MySQLStore, database: str
-) -> None:
+def test_a_fork_sends_no_message_to_python(store: mysql.MySQLStore, database: str) -> None:
     big = [agent.Message.user(f"{i}:" + "x" * 1000) for i in range(2000)]  # 2 MB of transcript
     store.save("fork-big", big)
     single = PooledDB(pymysql, maxconnections=1, maxcached=1, blocking=True, **_server(database))
@@ -762,9 +760,7 @@ def test_an_unreachable_server_is_named_with_its_host_and_port(proxy: StallingPr
     assert "unreachable" in message and "Retry" in message, message
 
 
-def test_a_message_over_max_allowed_packet_says_so_and_the_next_call_works(
-    store: mysql.MySQLStore, admin: Any
-) -> None:
+def test_a_message_over_max_allowed_packet_says_so_and_the_next_call_works(store: mysql.MySQLStore, admin: Any) -> None:
     ((limit,),) = _query(admin, "SELECT @@max_allowed_packet")
     if limit > 64 << 20:
         pytest.skip(f"the server's max_allowed_packet is {limit} bytes: too large to exceed in a test")

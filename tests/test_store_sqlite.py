@@ -239,8 +239,10 @@ def test_a_claims_lease_is_seen_by_another_process(tmp_path: Path) -> None:
     theirs = claims.get(timeout=60)
     info = store.info("leased")
     assert info.holder == "child" and info.lease_expires_at is not None
-    assert started + datetime.timedelta(seconds=lease) <= info.lease_expires_at <= utcnow() + datetime.timedelta(
-        seconds=lease
+    assert (
+        started + datetime.timedelta(seconds=lease)
+        <= info.lease_expires_at
+        <= utcnow() + datetime.timedelta(seconds=lease)
     )
     if utcnow() < info.lease_expires_at:  # always, unless this machine stalled for the whole lease
         assert info.state is RunState.RUNNING

@@ -195,7 +195,7 @@ def _use(name: str, arguments: str) -> agent.Content:
 
 def test_a_call_passes_the_parsed_arguments() -> None:
     result = call({"search": search}, _use("search", '{"query": "lease", "limit": 2}'))
-    assert result == agent.Content.tool_result("call-1", "lease:2:None:None")
+    assert result == [agent.Content.tool_result("call-1", "lease:2:None:None")]
 
 
 @pytest.mark.parametrize(
@@ -206,7 +206,7 @@ def test_a_call_passes_the_parsed_arguments() -> None:
         (_use("search", "[1]"), "the arguments must be a JSON object"),
         (_use("search", '{"query": "q", "bogus": 1}'), "TypeError: "),
         (_use("boom", "{}"), "RuntimeError: the disk is on fire"),
-        (_use("number", "{}"), "tool 'number' returned int, not str"),
+        (_use("number", "{}"), "tool 'number' returned int; a tool returns a str or a list of TEXT, IMAGE"),
     ],
 )
 def test_model_mistakes_and_tool_failures_become_error_results(use: agent.Content, complaint: str) -> None:
@@ -216,7 +216,7 @@ def test_model_mistakes_and_tool_failures_become_error_results(use: agent.Conten
     tools = {"search": search, "boom": agent.tool(boom)}
     if use.name == "number":
         tools = {"number": agent.Tool("number", "", {"type": "object"}, lambda: 7)}  # type: ignore[arg-type,return-value]
-    result = call(tools, use)
+    (result,) = call(tools, use)
     assert result.is_error
     assert result.tool_use_id == "call-1"
     assert complaint in result.text
@@ -225,3 +225,62 @@ def test_model_mistakes_and_tool_failures_become_error_results(use: agent.Conten
 def test_a_tool_needs_an_object_schema() -> None:
     with pytest.raises(ValueError, match='"type": "object"'):
         agent.Tool("t", "", {"type": "string"}, lambda: "")
+
+
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+
+@agent.tool
+def screenshot(page: str) -> list[agent.Content]:
+    """Take a screenshot of a page."""
+    return [
+        agent.Content.of_text(f"the page {page}"),
+        agent.Content.image(media_type="image/png", data=PNG),
+        agent.Content.of_text("looks fine"),
+        agent.Content.document(url="https://example.com/report.pdf", name="report"),
+    ]
+
+
+def test_a_tool_may_return_text_images_and_documents() -> None:
+    blocks = call({"screenshot": screenshot}, _use("screenshot", '{"page": "/home"}'))
+    assert blocks == [
+        agent.Content.tool_result("call-1", "the page /home\nlooks fine"),
+        agent.Content(agent.ContentType.IMAGE, media_type="image/png", data=PNG, tool_use_id="call-1"),
+        agent.Content(
+            agent.ContentType.DOCUMENT, url="https://example.com/report.pdf", name="report", tool_use_id="call-1"
+        ),
+    ]
+    assert all(block.part_of_result for block in blocks)
+
+
+@pytest.mark.parametrize(
+    ("output", "complaint"),
+    [
+        ([agent.Content.tool_use("x", "f", "{}")], "returned a list holding a tool_use block"),
+        ([agent.Content.of_text("a"), 3], "returned a list holding int"),
+        (b"bytes", "returned bytes"),
+        ({"a": 1}, "returned dict"),
+        (None, "returned NoneType"),
+    ],
+)
+def test_a_tool_returning_anything_else_gives_an_error_result(output: object, complaint: str) -> None:
+    odd = agent.Tool("odd", "", {"type": "object"}, lambda: output)  # type: ignore[arg-type,return-value]
+    (result,) = call({"odd": odd}, _use("odd", "{}"))
+    assert result.is_error and complaint in result.text
+
+
+def test_a_run_puts_a_tools_images_beside_its_result_and_they_reach_the_next_request() -> None:
+    model = ScriptedEndpoint(
+        [
+            agent.Message(agent.Role.ASSISTANT, [agent.Content.tool_use("c1", "screenshot", '{"page": "/"}')]),
+            agent.Message.assistant("I see it"),
+        ]
+    )
+    result = agent.Runner().run(agent.Spec(tools=[screenshot]), [agent.Message.user("look")], model)
+    results = result.messages[2]
+    assert [b.type for b in results.content] == [
+        agent.ContentType.TOOL_RESULT,
+        agent.ContentType.IMAGE,
+        agent.ContentType.DOCUMENT,
+    ]
+    assert model.requests[1].messages[-1] == results

@@ -22,6 +22,9 @@ import abc
 import json
 import logging
 import math
+import re
+import secrets
+import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
@@ -142,6 +145,73 @@ def load_json(text: str | bytes) -> Any:
     return json.loads(text, parse_float=_finite_or_none, parse_constant=lambda _: None)
 
 
+class Verbatim:
+    """JSON text that goes into a request body exactly as it is (a provider's own block, kept raw).
+
+    :meth:`HTTPClient.post` writes it in place of the object, byte for byte; it was checked
+    to be JSON when its block was made.
+    """
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+_NON_UTF8 = re.compile("[\ud800-\udfff]")
+
+
+def _spliced(value: Any, **dumps_options: Any) -> str:
+    """``value`` as JSON text, each :class:`Verbatim` in it written as its own text."""
+    verbatim: list[str] = []
+    marker = f"agentsessions-verbatim-{secrets.token_hex(8)}-"
+
+    def place(found: object) -> str:
+        if not isinstance(found, Verbatim):
+            raise TypeError(f"{type(found).__name__} is not JSON")
+        verbatim.append(found.text)
+        return f"{marker}{len(verbatim) - 1}"
+
+    text = json.dumps(value, allow_nan=False, default=place, **dumps_options)
+    if not verbatim:
+        return text
+    # One pass over the text, however many there are: a long transcript holds many.
+    return re.sub(f'"{marker}([0-9]+)"', lambda match: verbatim[int(match.group(1))], text)
+
+
+def encode_body(body: Mapping[str, Any]) -> bytes:
+    """``body`` as JSON bytes, each :class:`Verbatim` in it written as its own text.
+
+    The rest is ASCII-only JSON, so any str survives whatever the server's charset, lone
+    surrogates included; a verbatim text goes as UTF-8, except a surrogate in it (which
+    UTF-8 cannot carry), written as its JSON escape: the same JSON.
+    """
+    try:
+        text = _spliced(body)
+    except ValueError as error:
+        raise ValueError("the request holds a number JSON cannot write (inf or nan)") from error
+    return _NON_UTF8.sub(_escape, text).encode() if not text.isascii() else text.encode()
+
+
+def dump_verbatim(value: Any) -> str:
+    """``value`` as compact JSON text, non-ASCII kept, each :class:`Verbatim` in it written as its own text."""
+    return _spliced(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def token_count(counts: Mapping[str, Any], key: str) -> int:
+    """A provider's token count: an integer, 0 when it is missing or null; anything else is malformed."""
+    value = counts.get(key)
+    if value is None:
+        return 0
+    if type(value) is not int:
+        raise TypeError(f"usage.{key} is {value!r:.40}, not an integer")
+    return value
+
+
 # Reading answers
 
 
@@ -196,10 +266,9 @@ class HTTPClient:
         """POST ``body`` as JSON; return the 2xx response or raise :class:`EndpointError`."""
         url = self.base_url + path
         try:
-            # ASCII-only JSON: any str survives, lone surrogates included, whatever the server's charset.
-            data = json.dumps(body, allow_nan=False).encode("ascii")
+            data = encode_body(body)
         except ValueError as error:
-            raise ValueError(f"the request to {url} holds a number JSON cannot write (inf or nan)") from error
+            raise ValueError(f"{error} (the request to {url})") from error
         started = time.monotonic()
         log.debug("POST %s (%s, stream=%s)", url, self.provider, stream)
         try:
@@ -260,8 +329,11 @@ class HTTPClient:
                         on_text(text)
                     finished = assembly.done
                 if finished:
-                    _drain(events)
-                    return assembly.response()
+                    _drain(events, response)
+                    try:
+                        return assembly.response()
+                    except MALFORMED as error:
+                        raise self.malformed(response.status_code, "the streamed answer", error) from error
         raise EndpointTransportError(f"the stream from {self.base_url} ended before {last}")
 
     def _feed(self, assembly: Assembly, event: ServerSentEvent, response: requests.Response) -> str:
@@ -269,6 +341,8 @@ class HTTPClient:
         try:
             data = load_json(event.data)
         except ValueError as error:
+            if not event.ended:  # the stream stopped in the middle of this event
+                raise EndpointTransportError(f"the stream from {self.base_url} was cut inside an event") from error
             raise self.malformed(status, f"a {event.event} event whose data is not JSON ({error})") from error
         if not isinstance(data, dict):
             raise self.malformed(status, f"a {event.event} event whose data is not a JSON object")
@@ -292,14 +366,24 @@ class HTTPClient:
             self.session.close()
 
 
-def _drain(events: Iterator[ServerSentEvent]) -> None:
+DRAIN_SECONDS = 0.25
+"""How long the end of a body may take to come after the answer's last event, before the connection is dropped."""
+
+
+def _drain(events: Iterator[ServerSentEvent], response: requests.Response) -> None:
     # Reading the body to its end (the chunked body's last, empty chunk) is what hands the
     # connection back to the pool; closing it unread would close the connection instead.
+    # The answer is whole already, so a server that holds the body open must not make us
+    # wait for the read timeout: the wait is short, and the next request sets its own.
+    connection = getattr(response.raw, "connection", None)
+    sock = getattr(connection, "sock", None)
+    if isinstance(sock, socket.socket):
+        sock.settimeout(DRAIN_SECONDS)
     try:
         for _ in events:
             pass
     except EndpointError:
-        pass  # the answer is whole; the connection is merely not reused
+        response.close()  # the answer is whole; the connection is merely not reused
 
 
 class HTTPOptions(TypedDict, total=False):
@@ -316,6 +400,7 @@ class HTTPOptions(TypedDict, total=False):
     max_retry_wait: float
     retry_read_timeouts: bool
     headers: Mapping[str, str] | None
+    extra_body: Mapping[str, Any] | None
 
 
 class HTTPEndpoint(abc.ABC):
@@ -331,8 +416,10 @@ class HTTPEndpoint(abc.ABC):
     within the read timeout is not sent again, since the provider may be doing (and
     billing) the work: ``retry_read_timeouts=True`` sends it again all the same.
     ``session`` is a ``requests.Session`` of your own (then its adapters decide
-    retries). ``headers`` adds headers. Use one in a ``with`` block, or call
-    :meth:`close`, to close the HTTP session it made.
+    retries). ``headers`` adds headers. ``extra_body`` is merged into every request's JSON
+    body (``temperature``, ``tool_choice``, ``metadata``...); a key the endpoint writes itself
+    is a ``ValueError`` here, naming the option that sets it. Use one in a ``with`` block,
+    or call :meth:`close`, to close the HTTP session it made.
     """
 
     provider: ClassVar[str]
@@ -340,6 +427,8 @@ class HTTPEndpoint(abc.ABC):
     default_base_url: ClassVar[str]
     path: ClassVar[str]
     last_event: ClassVar[str]
+    owned_keys: ClassVar[Mapping[str, str]]
+    """The body's keys the endpoint writes itself, each with what sets it (for ``extra_body``'s errors)."""
 
     def __init__(
         self,
@@ -356,6 +445,7 @@ class HTTPEndpoint(abc.ABC):
         max_retry_wait: float = 60.0,
         retry_read_timeouts: bool = False,
         headers: Mapping[str, str] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(max_retries, int) or max_retries < 0:
             raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
@@ -364,6 +454,7 @@ class HTTPEndpoint(abc.ABC):
         self.stream = stream
         self._key = resolve_key(api_key, self.key_variable)
         self._headers = check_headers(headers or {})
+        self.extra_body = self._check_extra_body(extra_body)
         retry = retry_policy(max_retries, backoff, max_retry_wait, read_timeouts=retry_read_timeouts)
         url = self.default_base_url if base_url is None else base_url
         self._http = HTTPClient(self.provider, url, session=session, timeout=timeout, retry=retry)
@@ -372,10 +463,28 @@ class HTTPEndpoint(abc.ABC):
         """Send the transcript to the provider and return the model's answer."""
         limit = self.max_tokens if self.max_tokens is not None else request.max_tokens
         body = self._body(request, limit)
+        if self.extra_body:
+            body.update(self.extra_body)
         response = self._http.post(self.path, {**self._headers, **self._auth()}, body, stream=self.stream)
         if self.stream:
             return self._http.read_stream(response, self._assembly(), request.on_text, self.last_event)
         return self._http.read_whole(response, self._read)
+
+    def _check_extra_body(self, extra_body: Mapping[str, Any] | None) -> dict[str, Any]:
+        if extra_body is None:
+            return {}
+        if not isinstance(extra_body, Mapping) or not all(isinstance(key, str) for key in extra_body):
+            raise TypeError(f"extra_body must be a mapping with str keys, got {type(extra_body).__name__}")
+        for key in extra_body:
+            if key in self.owned_keys:
+                raise ValueError(
+                    f"extra_body cannot set {key!r}: {type(self).__name__} writes it from {self.owned_keys[key]}"
+                )
+        try:
+            json.dumps(extra_body, allow_nan=False)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"extra_body must be JSON: {error}") from None
+        return dict(extra_body)
 
     @abc.abstractmethod
     def _body(self, request: ModelRequest, max_tokens: int) -> dict[str, Any]:

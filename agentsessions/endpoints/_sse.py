@@ -17,13 +17,19 @@ _LINE_END = re.compile(r"\r\n|\r|\n")
 
 @attrs.frozen
 class ServerSentEvent:
-    """One dispatched event of a ``text/event-stream``: its name (``"message"`` by default) and data."""
+    """One dispatched event of a ``text/event-stream``: its name (``"message"`` by default) and data.
+
+    ``ended`` is false for the last event of a stream that stopped without the blank line
+    that ends an event: it may be whole (a recording without its last newline), or cut.
+    """
 
     event: str
     data: str
+    ended: bool = True
 
 
-def _lines(chunks: Iterable[bytes]) -> Iterator[str]:
+def _lines(chunks: Iterable[bytes]) -> Iterator[str | None]:
+    """The stream's lines, then ``None`` for its end."""
     # utf-8-sig drops one leading byte-order mark, even when it arrives cut in pieces.
     decoder = codecs.getincrementaldecoder("utf-8-sig")("replace")
     partial: list[str] = []  # the pieces of the line whose end has not arrived yet
@@ -43,7 +49,9 @@ def _lines(chunks: Iterable[bytes]) -> Iterator[str]:
             partial = []
         if rest:
             partial.append(rest)
-    # What is left in ``partial`` is a line without its end: an incomplete event, dropped.
+    if partial:
+        yield "".join(partial)  # the last line, without its end
+    yield None
 
 
 def parse_sse(chunks: Iterable[bytes]) -> Iterator[ServerSentEvent]:
@@ -53,11 +61,16 @@ def parse_sse(chunks: Iterable[bytes]) -> Iterator[ServerSentEvent]:
     ignored; lines end in CRLF, LF or CR (and nothing else, though JSON may hold a raw
     U+2028); ``data:`` lines join with newlines; a blank line dispatches; a line
     starting with ``:`` is a comment; ``id`` and ``retry`` are ignored. A last event
-    without its blank line is dropped.
+    without its blank line is dispatched too, with ``ended=False``, as the official SDKs
+    do: a recording may lack its last newline, and a cut stream is told by its data.
     """
     event = ""
     data: list[str] = []
     for line in _lines(chunks):
+        if line is None:
+            if data:
+                yield ServerSentEvent(event or "message", "\n".join(data), ended=False)
+            return
         if not line:
             if data:
                 yield ServerSentEvent(event or "message", "\n".join(data))

@@ -1,11 +1,22 @@
 """Anthropic's Messages API (``POST /v1/messages``) as an :class:`~agentsessions.Endpoint`.
 
-    endpoint = AnthropicEndpoint("claude-sonnet-4-5", stream=True)   # key from ANTHROPIC_API_KEY
+    endpoint = AnthropicEndpoint("claude-sonnet-4-5", stream=True, thinking=4096)   # key from ANTHROPIC_API_KEY
 
 How the transcript maps onto the wire:
 
 - ``TEXT`` blocks are ``text`` blocks (empty ones are left out: the API rejects them);
   ``TOOL_USE`` is ``tool_use`` and ``TOOL_RESULT`` is ``tool_result`` with ``is_error``.
+- ``THINKING`` and ``REDACTED_THINKING`` are ``thinking`` (with its ``signature``) and
+  ``redacted_thinking`` blocks, sent back exactly as they came, in their place: the API
+  needs a turn's thinking back with its tool calls. A thinking block without a signature
+  (another provider's reasoning) cannot be sent, and is refused before the request.
+- ``IMAGE`` and ``DOCUMENT`` are ``image`` and ``document`` blocks with a ``base64`` or a
+  ``url`` source (a ``text/plain`` document goes as a ``text`` source). Those a tool
+  returned (they carry its ``tool_use_id``) go inside that ``tool_result``, after its text.
+- ``RAW`` blocks of provider ``"anthropic"`` go back byte for byte, in place: server tool
+  calls and their results, cited text, compaction, and whatever the API adds later, all
+  arrive as ``RAW``. Another provider's ``RAW`` block is left out (its text, if it has
+  any, goes as a text block).
 - Consecutive messages of one role are merged into one, as the API requires alternation.
 - A tool call's ``input`` is our raw JSON text; the API wants an object, so it is parsed
   on the way out (text that is not a JSON object goes as ``{}``: the tool already told
@@ -22,36 +33,53 @@ How the transcript maps onto the wire:
   an empty object). A non-streamed answer holds a parsed object, so only its
   serialisation can be kept: ``json.dumps(input, ensure_ascii=False)``, whose ``", "``
   and ``": "`` separators are the ones the API's own stream writes.
-- Block types this library does not model (thinking, server tools) are skipped.
 - ``stop_reason`` is the API's own, ``""`` when it gave none (a stream without
-  ``message_delta``, an answer with ``null``): nothing is made up.
+  ``message_delta``, an answer with ``null``): nothing is made up. ``pause_turn`` makes
+  the run send the transcript back for the API to go on.
+
+Prompt caching (``cache=True``, the default) puts ``cache_control`` breakpoints on the last
+tool, the system prompt, the end of the previous request's transcript and the end of this
+one's: each request reads from the cache what the one before wrote, and writes only what
+is new. Four at most, the API's limit. ``Usage.cache_read_tokens`` and
+``cache_write_tokens`` say what it saved.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
-from typing import Any, Unpack
+import base64
+import binascii
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Unpack
 
-import attrs
-
-from agentsessions.endpoint import ModelRequest, ModelResponse, Usage
+from agentsessions.endpoint import ModelRequest, ModelResponse
+from agentsessions.endpoints._anthropic_read import Stream, dump_input, read_message
 from agentsessions.endpoints._headers import check_headers
-from agentsessions.endpoints._http import HTTPEndpoint, HTTPOptions, load_json
-from agentsessions.messages import Content, ContentType, Message, Role
+from agentsessions.endpoints._http import HTTPEndpoint, HTTPOptions, Verbatim, load_json
+from agentsessions.messages import MEDIA, Content, ContentType, Message
 from agentsessions.tools import Tool
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
+PROVIDER = "anthropic"
+"""The name its ``RAW`` blocks carry."""
+
+EPHEMERAL = {"type": "ephemeral"}
+_CACHEABLE = frozenset({"text", "tool_use", "tool_result", "image", "document"})  # thinking cannot be marked
+
+__all__ = ["AnthropicEndpoint", "dump_input", "read_message", "request_body", "wire_messages"]
 
 
 class AnthropicEndpoint(HTTPEndpoint):
     """Claude through the Messages API.
 
     ``api_key`` defaults to ``$ANTHROPIC_API_KEY``. With ``stream=True`` the answer
-    arrives as server-sent events. ``version`` is the ``anthropic-version`` header, and
-    ``headers`` adds others such as ``anthropic-beta``. The other options
-    (``max_tokens``, ``timeout``, ``max_retries``, ``backoff``, ``max_retry_wait``,
+    arrives as server-sent events. ``thinking`` asks for extended thinking: an ``int`` is
+    a budget of tokens (``{"type": "enabled", "budget_tokens": N}``), a ``dict`` is sent as
+    it is (adaptive modes). ``cache`` places prompt-cache breakpoints (see the module
+    docstring); ``cache=False`` sends none. ``version`` is the ``anthropic-version``
+    header, and ``headers`` adds others such as ``anthropic-beta``. ``extra_body`` adds
+    body fields such as ``temperature``, ``tool_choice`` or ``metadata``. The other
+    options (``max_tokens``, ``timeout``, ``max_retries``, ``backoff``, ``max_retry_wait``,
     ``retry_read_timeouts``, ``session``) are :class:`~agentsessions.endpoints._http.HTTPEndpoint`'s.
     Failures raise the :class:`~agentsessions.errors.EndpointError` tree.
     """
@@ -61,13 +89,37 @@ class AnthropicEndpoint(HTTPEndpoint):
     default_base_url = DEFAULT_BASE_URL
     path = "/v1/messages"
     last_event = "message_stop"
+    owned_keys: ClassVar[Mapping[str, str]] = {
+        "model": "its model argument",
+        "messages": "the transcript",
+        "system": "Spec.system",
+        "tools": "Spec.tools",
+        "stream": "its stream option",
+        "max_tokens": "Spec.max_tokens (or its max_tokens option)",
+        "thinking": "its thinking option",
+    }
 
-    def __init__(self, model: str, *, version: str = API_VERSION, **options: Unpack[HTTPOptions]) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        version: str = API_VERSION,
+        thinking: int | Mapping[str, Any] | None = None,
+        cache: bool = True,
+        **options: Unpack[HTTPOptions],
+    ) -> None:
         super().__init__(model, **options)
         self._headers = {**self._headers, **check_headers({"anthropic-version": version})}
+        self.thinking = _thinking(thinking)
+        if not isinstance(cache, bool):
+            raise TypeError(f"cache must be True or False, got {cache!r:.80}")
+        self.cache = cache
 
     def _body(self, request: ModelRequest, max_tokens: int) -> dict[str, Any]:
-        return request_body(self.model, request, max_tokens, stream=self.stream)
+        body = request_body(self.model, request, max_tokens, stream=self.stream, cache=self.cache)
+        if self.thinking is not None:
+            body["thinking"] = self.thinking
+        return body
 
     def _auth(self) -> dict[str, str]:
         return {"x-api-key": self._key.reveal()}
@@ -75,20 +127,61 @@ class AnthropicEndpoint(HTTPEndpoint):
     def _read(self, body: Mapping[str, Any]) -> ModelResponse:
         return read_message(body)
 
-    def _assembly(self) -> _Stream:
-        return _Stream()
+    def _assembly(self) -> Stream:
+        return Stream()
 
 
-def request_body(model: str, request: ModelRequest, max_tokens: int, *, stream: bool) -> dict[str, Any]:
+def _thinking(value: object) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 1:
+            raise ValueError(f"thinking is a budget of tokens above 0, got {value}")
+        return {"type": "enabled", "budget_tokens": value}
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"thinking is a token budget (int) or the API's thinking object (dict), got {value!r:.80}")
+
+
+def request_body(model: str, request: ModelRequest, max_tokens: int, *, stream: bool, cache: bool) -> dict[str, Any]:
     """The JSON body of a Messages API call for ``request``."""
-    body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": wire_messages(request.messages)}
+    messages = wire_messages(request.messages)
+    body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": messages}
     if request.system:
-        body["system"] = request.system
+        body["system"] = (
+            [{"type": "text", "text": request.system, "cache_control": EPHEMERAL}] if cache else request.system
+        )
     if request.tools:
         body["tools"] = [wire_tool(tool) for tool in request.tools]
+        if cache:
+            body["tools"][-1]["cache_control"] = EPHEMERAL
+    if cache:
+        _mark_transcript(messages)
     if stream:
         body["stream"] = True
     return body
+
+
+def _mark_transcript(messages: list[dict[str, Any]]) -> None:
+    """Breakpoints at the end of the transcript and where the previous request's ended.
+
+    The previous request ended with the last user message before the model's latest reply;
+    a breakpoint there reads exactly the prefix that request wrote, however many blocks
+    this step added (the API looks back only 20 blocks from a breakpoint).
+    """
+    if not messages:
+        return
+    _mark_last_block(messages[-1])
+    replies = [i for i, message in enumerate(messages) if message["role"] == "assistant"]
+    if replies and replies[-1] > 0:
+        _mark_last_block(messages[replies[-1] - 1])
+
+
+def _mark_last_block(message: dict[str, Any]) -> None:
+    for block in reversed(message["content"]):
+        if isinstance(block, dict) and block.get("type") in _CACHEABLE:
+            block["cache_control"] = EPHEMERAL
+            return
 
 
 def wire_tool(tool: Tool) -> dict[str, Any]:
@@ -96,11 +189,11 @@ def wire_tool(tool: Tool) -> dict[str, Any]:
     return {"name": tool.name, "description": tool.description, "input_schema": dict(tool.input_schema)}
 
 
-def wire_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+def wire_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     """The transcript as API messages, one role at a time."""
     wire: list[dict[str, Any]] = []
     for message in messages:
-        blocks = [block for block in map(_wire_block, message.content) if block is not None]
+        blocks = _wire_blocks(message.content)
         if wire and wire[-1]["role"] == message.role.value:
             wire[-1]["content"].extend(blocks)
         else:
@@ -108,11 +201,24 @@ def wire_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
     return wire
 
 
-def _wire_block(block: Content) -> dict[str, Any] | None:
-    if block.type is ContentType.TEXT:
-        return {"type": "text", "text": block.text} if block.text else None
-    if block.type is ContentType.TOOL_USE:
-        return {"type": "tool_use", "id": block.id, "name": block.name, "input": _input_object(block.input)}
+def _wire_blocks(content: Sequence[Content]) -> list[Any]:
+    """One message's blocks as the API's; media a tool returned go inside its result."""
+    blocks: list[Any] = []
+    results: dict[str, dict[str, Any]] = {}
+    for block in content:
+        if block.type is ContentType.TOOL_RESULT:
+            results[block.tool_use_id] = wired = _tool_result(block)
+            blocks.append(wired)
+        elif block.type in MEDIA and block.tool_use_id in results:
+            _attach(results[block.tool_use_id], _media(block))
+        else:
+            wired_block = _wire_block(block)
+            if wired_block is not None:
+                blocks.append(wired_block)
+    return blocks
+
+
+def _tool_result(block: Content) -> dict[str, Any]:
     result: dict[str, Any] = {"type": "tool_result", "tool_use_id": block.tool_use_id}
     if block.text:  # content is optional; an empty string is not worth a rejection
         result["content"] = block.text
@@ -121,85 +227,63 @@ def _wire_block(block: Content) -> dict[str, Any] | None:
     return result
 
 
+def _attach(result: dict[str, Any], media: dict[str, Any]) -> None:
+    content = result.get("content")
+    if not isinstance(content, list):
+        content = [{"type": "text", "text": content}] if content else []
+        result["content"] = content
+    content.append(media)
+
+
+def _wire_block(block: Content) -> Any:
+    kind = block.type
+    if kind is ContentType.TEXT:
+        return {"type": "text", "text": block.text} if block.text else None
+    if kind is ContentType.TOOL_USE:
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": _input_object(block.input)}
+    if kind is ContentType.THINKING:
+        if not block.signature:
+            raise ValueError(
+                "the transcript holds a THINKING block without a signature (reasoning from another provider, or "
+                "made by hand), which the Messages API refuses; remove it before sending the transcript to Anthropic"
+            )
+        return {"type": "thinking", "thinking": block.text, "signature": block.signature}
+    if kind is ContentType.REDACTED_THINKING:
+        return {"type": "redacted_thinking", "data": block.data}
+    if kind in MEDIA:
+        return _media(block)
+    if kind is ContentType.RAW:
+        if block.name == PROVIDER:
+            return Verbatim(block.data)
+        return {"type": "text", "text": block.text} if block.text else None
+    return _tool_result(block)
+
+
+def _media(block: Content) -> dict[str, Any]:
+    wired: dict[str, Any] = {"type": block.type.value, "source": _source(block)}
+    if block.type is ContentType.DOCUMENT and block.name:
+        wired["title"] = block.name
+    return wired
+
+
+def _source(block: Content) -> dict[str, Any]:
+    if block.url:
+        return {"type": "url", "url": block.url}
+    if block.type is ContentType.DOCUMENT and block.media_type == "text/plain":
+        return {"type": "text", "media_type": "text/plain", "data": _plain_text(block.data)}
+    return {"type": "base64", "media_type": block.media_type, "data": block.data}
+
+
+def _plain_text(data: str) -> str:
+    try:
+        return base64.b64decode(data, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError) as error:
+        raise ValueError(f"a text/plain DOCUMENT's data is not base64 of UTF-8 text: {error}") from None
+
+
 def _input_object(text: str) -> dict[str, Any]:
     try:
         value = load_json(text)  # non-finite numbers become None: see the module docstring
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
-
-
-def dump_input(value: object) -> str:
-    """A received ``input`` object as text, written the way the API's stream writes it."""
-    return json.dumps(value, ensure_ascii=False)
-
-
-def read_message(body: Mapping[str, Any]) -> ModelResponse:
-    """The :class:`ModelResponse` for a non-streamed Messages API answer."""
-    # A whole block is a start event with nothing streamed after it, so both paths share _content.
-    blocks = [_content(block, "") for block in body["content"]]
-    usage = body.get("usage") or {}
-    return ModelResponse(
-        Message(Role.ASSISTANT, [block for block in blocks if block is not None]),
-        stop_reason=str(body.get("stop_reason") or ""),
-        usage=Usage(int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)),
-    )
-
-
-def _content(start: Mapping[str, Any], streamed: str) -> Content | None:
-    if start["type"] == "text":
-        return Content.of_text(start["text"] + streamed)
-    if start["type"] == "tool_use":
-        return Content.tool_use(start["id"], start["name"], streamed or dump_input(start.get("input", {})))
-    return None
-
-
-@attrs.define
-class _Block:
-    start: Mapping[str, Any]
-    parts: list[str] = attrs.Factory(list)
-
-
-@attrs.define
-class _Stream:
-    """The answer being assembled from stream events."""
-
-    blocks: dict[int, _Block] = attrs.Factory(dict)
-    stop_reason: str = ""
-    usage: dict[str, Any] = attrs.Factory(dict)
-    done: bool = False
-
-    def feed(self, event: Mapping[str, Any]) -> str:
-        """Take one event; return the text it adds (``""`` for none)."""
-        kind = event["type"]
-        if kind == "message_start":
-            self.usage.update(event["message"].get("usage") or {})
-        elif kind == "content_block_start":
-            self.blocks[event["index"]] = _Block(event["content_block"])
-        elif kind == "content_block_delta":
-            return self._delta(self.blocks[event["index"]], event["delta"])
-        elif kind == "message_delta":
-            self.stop_reason = str(event["delta"].get("stop_reason") or self.stop_reason)
-            # Its counts are cumulative, and newer API versions may resend input_tokens too.
-            self.usage.update({k: v for k, v in (event.get("usage") or {}).items() if v is not None})
-        elif kind == "message_stop":
-            self.done = True
-        return ""  # ping, content_block_stop and event types added later carry nothing we keep
-
-    @staticmethod
-    def _delta(block: _Block, delta: Mapping[str, Any]) -> str:
-        if delta["type"] == "text_delta":
-            block.parts.append(delta["text"])
-            return str(delta["text"])
-        if delta["type"] == "input_json_delta":
-            block.parts.append(delta["partial_json"])
-        return ""
-
-    def response(self) -> ModelResponse:
-        """The finished answer, blocks in index order."""
-        blocks = [_content(self.blocks[i].start, "".join(self.blocks[i].parts)) for i in sorted(self.blocks)]
-        return ModelResponse(
-            Message(Role.ASSISTANT, [block for block in blocks if block is not None]),
-            stop_reason=self.stop_reason,
-            usage=Usage(int(self.usage.get("input_tokens") or 0), int(self.usage.get("output_tokens") or 0)),
-        )

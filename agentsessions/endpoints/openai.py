@@ -16,7 +16,21 @@ so ``base_url`` is all it takes to use them. How the transcript maps onto the wi
   the call. The API has no error flag on tool messages; the result's text is what the
   model reads, and the library's tool layer already words failures as such.
 - Several text blocks in one message go as a list of text parts; one goes as a string.
+- ``IMAGE`` blocks are ``image_url`` parts (a ``data:`` URL built from ``media_type`` and
+  ``data``, or the block's ``url``); a ``DOCUMENT`` with base64 ``data`` is a ``file`` part
+  (``file_data``), one with only a ``url`` goes as a text part naming the link, since the
+  API takes no document links. Images and documents a tool returned come in one ``user``
+  message right after the tool messages (tool messages hold text only), each introduced
+  by a text part naming its call.
+- ``THINKING``, ``REDACTED_THINKING`` and every ``RAW`` block are left out: the API takes
+  no reasoning back and has no blocks of its own to keep. A ``RAW`` block's text (another
+  provider's cited text) goes as text. Reasoning a compatible server returns as
+  ``reasoning_content`` (vLLM, DeepSeek, llama.cpp) comes in as a ``THINKING`` block
+  without a signature.
 - A ``refusal`` arrives instead of ``content``; it becomes the answer's text all the same.
+- Usage: ``prompt_tokens`` less ``prompt_tokens_details.cached_tokens`` is
+  ``input_tokens``; the cached tokens are ``cache_read_tokens`` (the API writes no cache
+  it bills for).
 - ``finish_reason`` maps ``stop`` → ``end_turn``, ``tool_calls`` → ``tool_use``,
   ``length`` → ``max_tokens``; others are kept as they came, and none is ``""``. An
   answer that calls tools is ``tool_use`` whatever the server said (some local servers
@@ -29,17 +43,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Unpack
+from typing import Any, ClassVar, Literal, Unpack
 
 import attrs
 
 from agentsessions.endpoint import ModelRequest, ModelResponse, Usage
-from agentsessions.endpoints._http import HTTPEndpoint, HTTPOptions
-from agentsessions.messages import Content, ContentType, Message, Role
+from agentsessions.endpoints._http import HTTPEndpoint, HTTPOptions, token_count
+from agentsessions.messages import MEDIA, Content, ContentType, Message, Role
 from agentsessions.tools import Tool
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use", "length": "max_tokens"}
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
 
 
 class OpenAIEndpoint(HTTPEndpoint):
@@ -48,11 +63,12 @@ class OpenAIEndpoint(HTTPEndpoint):
     ``api_key`` defaults to ``$OPENAI_API_KEY`` (servers without keys accept any string).
     The token limit is sent as ``max_tokens_param``, ``"max_completion_tokens"`` by
     default (OpenAI's current name, required by its reasoning models); set
-    ``"max_tokens"`` for servers that only know the older one. With ``stream=True``
-    usage is requested with ``stream_options``. The other options (``max_tokens``,
-    ``timeout``, ``max_retries``, ``backoff``, ``max_retry_wait``,
-    ``retry_read_timeouts``, ``session``, ``headers``) work as for
-    :class:`~agentsessions.endpoints.AnthropicEndpoint`.
+    ``"max_tokens"`` for servers that only know the older one. ``reasoning_effort`` is
+    sent as it is, when set (OpenAI's reasoning models). With ``stream=True`` usage is
+    requested with ``stream_options``. ``extra_body`` adds body fields such as
+    ``temperature`` or ``tool_choice``. The other options (``max_tokens``, ``timeout``,
+    ``max_retries``, ``backoff``, ``max_retry_wait``, ``retry_read_timeouts``,
+    ``session``, ``headers``) work as for :class:`~agentsessions.endpoints.AnthropicEndpoint`.
     """
 
     provider = "OpenAI"
@@ -60,15 +76,36 @@ class OpenAIEndpoint(HTTPEndpoint):
     default_base_url = DEFAULT_BASE_URL
     path = "/chat/completions"
     last_event = "[DONE]"
+    owned_keys: ClassVar[Mapping[str, str]] = {
+        "model": "its model argument",
+        "messages": "the transcript and Spec.system",
+        "tools": "Spec.tools",
+        "stream": "its stream option",
+        "stream_options": "its stream option",
+        "max_completion_tokens": "Spec.max_tokens (or its max_tokens option)",
+        "max_tokens": "Spec.max_tokens (or its max_tokens option)",
+        "reasoning_effort": "its reasoning_effort option",
+    }
 
     def __init__(
-        self, model: str, *, max_tokens_param: str = "max_completion_tokens", **options: Unpack[HTTPOptions]
+        self,
+        model: str,
+        *,
+        max_tokens_param: str = "max_completion_tokens",
+        reasoning_effort: ReasoningEffort | str | None = None,
+        **options: Unpack[HTTPOptions],
     ) -> None:
         super().__init__(model, **options)
         self.max_tokens_param = max_tokens_param
+        if reasoning_effort is not None and (not isinstance(reasoning_effort, str) or not reasoning_effort):
+            raise TypeError(f"reasoning_effort is a str such as 'low' or 'high', got {reasoning_effort!r:.80}")
+        self.reasoning_effort = reasoning_effort
 
     def _body(self, request: ModelRequest, max_tokens: int) -> dict[str, Any]:
-        return {**request_body(self.model, request, stream=self.stream), self.max_tokens_param: max_tokens}
+        body = {**request_body(self.model, request, stream=self.stream), self.max_tokens_param: max_tokens}
+        if self.reasoning_effort is not None:
+            body["reasoning_effort"] = self.reasoning_effort
+        return body
 
     def _auth(self) -> dict[str, str]:
         return {"authorization": f"Bearer {self._key.reveal()}"}
@@ -108,19 +145,29 @@ def wire_messages(system: str, messages: Sequence[Message]) -> list[dict[str, An
     return wire
 
 
-def _text_content(texts: list[str]) -> str | list[dict[str, str]]:
-    if len(texts) == 1:
-        return texts[0]
-    return [{"type": "text", "text": text} for text in texts]
+def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    """A message's content: one text as a string, anything else as a list of parts."""
+    if len(parts) == 1 and parts[0]["type"] == "text":
+        return str(parts[0]["text"])
+    return parts
+
+
+def _text_parts(message: Message) -> list[dict[str, Any]]:
+    # A RAW block's text (another provider's cited text) is text here; the rest of it is left out.
+    return [
+        {"type": "text", "text": block.text}
+        for block in message.content
+        if block.type is ContentType.TEXT or (block.type is ContentType.RAW and block.text)
+    ]
 
 
 def _assistant(message: Message) -> dict[str, Any]:
-    texts = [block.text for block in message.content if block.type is ContentType.TEXT]
+    texts = _text_parts(message)
     calls = [
         {"id": use.id, "type": "function", "function": {"name": use.name, "arguments": use.input}}
         for use in message.tool_uses
     ]
-    wire: dict[str, Any] = {"role": "assistant", "content": _text_content(texts) if texts else None}
+    wire: dict[str, Any] = {"role": "assistant", "content": _content(texts) if texts else None}
     if calls:
         wire["tool_calls"] = calls
     elif not texts:
@@ -129,15 +176,33 @@ def _assistant(message: Message) -> dict[str, Any]:
 
 
 def _user(message: Message) -> list[dict[str, Any]]:
-    wire: list[dict[str, Any]] = [
-        {"role": "tool", "tool_call_id": block.tool_use_id, "content": block.text}
-        for block in message.content
-        if block.type is ContentType.TOOL_RESULT
-    ]
-    texts = [block.text for block in message.content if block.type is ContentType.TEXT]
-    if texts or not wire:
-        wire.append({"role": "user", "content": _text_content(texts) if texts else ""})
+    """One ``tool`` message per result, then a ``user`` message: the media tools returned, then the user's blocks."""
+    wire: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
+    for block in message.content:
+        if block.type is ContentType.TOOL_RESULT:
+            wire.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": block.text})
+        elif block.part_of_result:
+            parts += [{"type": "text", "text": f"(returned by tool call {block.tool_use_id})"}, _media_part(block)]
+    for block in message.content:
+        if block.type in MEDIA and not block.part_of_result:
+            parts.append(_media_part(block))
+        elif block.type is ContentType.TEXT or (block.type is ContentType.RAW and block.text):
+            parts.append({"type": "text", "text": block.text})
+    if parts or not wire:
+        wire.append({"role": "user", "content": _content(parts) if parts else ""})
     return wire
+
+
+def _media_part(block: Content) -> dict[str, Any]:
+    if block.type is ContentType.IMAGE:
+        url = block.url or f"data:{block.media_type};base64,{block.data}"
+        return {"type": "image_url", "image_url": {"url": url}}
+    if block.data:
+        file = {"filename": block.name or "document", "file_data": f"data:{block.media_type};base64,{block.data}"}
+        return {"type": "file", "file": file}
+    title = f" {block.name!r}" if block.name else ""
+    return {"type": "text", "text": f"(a document{title}: {block.url})"}
 
 
 def _arguments(value: object) -> str:
@@ -145,14 +210,31 @@ def _arguments(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def _response(text: str, calls: list[Content], finish_reason: str | None, usage: Mapping[str, Any]) -> ModelResponse:
-    content = ([Content.of_text(text)] if text else []) + calls
-    stop_reason = "tool_use" if calls else _STOP_REASONS.get(finish_reason or "", finish_reason or "")
-    return ModelResponse(
-        Message(Role.ASSISTANT, content),
-        stop_reason=stop_reason,
-        usage=Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)),
+def _usage(counts: object) -> Usage:
+    if counts is None:
+        return Usage()
+    if not isinstance(counts, Mapping):
+        raise TypeError(f"usage is {type(counts).__name__}, not an object")
+    details = counts.get("prompt_tokens_details") or {}
+    if not isinstance(details, Mapping):
+        raise TypeError(f"usage.prompt_tokens_details is {type(details).__name__}, not an object")
+    cached = token_count(details, "cached_tokens")
+    return Usage(
+        max(0, token_count(counts, "prompt_tokens") - cached), token_count(counts, "completion_tokens"), cached
     )
+
+
+def _str_or_none(value: object, what: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{what} is {type(value).__name__}, not a string")
+    return value
+
+
+def _response(text: str, reasoning: str, calls: list[Content], finish_reason: object, usage: object) -> ModelResponse:
+    content = ([Content.thinking(reasoning)] if reasoning else []) + ([Content.of_text(text)] if text else []) + calls
+    finish = _str_or_none(finish_reason, "finish_reason") or ""
+    stop_reason = "tool_use" if calls else _STOP_REASONS.get(finish, finish)
+    return ModelResponse(Message(Role.ASSISTANT, content), stop_reason=stop_reason, usage=_usage(usage))
 
 
 def read_completion(body: Mapping[str, Any]) -> ModelResponse:
@@ -164,8 +246,9 @@ def read_completion(body: Mapping[str, Any]) -> ModelResponse:
         for call in message.get("tool_calls") or []
     ]
     # A refusal comes instead of content; it is the model's answer all the same.
-    text = message.get("content") or message.get("refusal") or ""
-    return _response(text, calls, choice.get("finish_reason"), body.get("usage") or {})
+    text = _str_or_none(message.get("content"), "content") or _str_or_none(message.get("refusal"), "refusal") or ""
+    reasoning = _str_or_none(message.get("reasoning_content"), "reasoning_content") or ""
+    return _response(text, reasoning, calls, choice.get("finish_reason"), body.get("usage"))
 
 
 @attrs.define
@@ -180,27 +263,34 @@ class _Stream:
     """The answer being assembled from chunks."""
 
     text: list[str] = attrs.Factory(list)
+    reasoning: list[str] = attrs.Factory(list)
     calls: dict[int, _Call] = attrs.Factory(dict)
     finish_reason: str | None = None
-    usage: Mapping[str, Any] = attrs.Factory(dict)
+    usage: object = None
     done: bool = False  # never set: the stream's end is its [DONE] event
 
     def feed(self, chunk: Mapping[str, Any]) -> str:
         """Take one chunk; return the text it adds (``""`` for none)."""
-        if chunk.get("usage"):  # the last chunk, with choices empty, when include_usage is set
+        if chunk.get("usage") is not None:  # the last chunk, with choices empty, when include_usage is set
             self.usage = chunk["usage"]
         added = ""
         for choice in chunk.get("choices") or []:  # vLLM sends null in its usage chunk
             if choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or {}
-            piece = delta.get("content") or delta.get("refusal")
+            piece = _str_or_none(delta.get("content"), "content") or _str_or_none(delta.get("refusal"), "refusal")
             if piece:
                 added += piece
                 self.text.append(piece)
+            thought = _str_or_none(delta.get("reasoning_content"), "reasoning_content")
+            if thought:
+                self.reasoning.append(thought)
             for part in delta.get("tool_calls") or []:
-                self._call_delta(self.calls.setdefault(part["index"], _Call()), part)
-            self.finish_reason = choice.get("finish_reason") or self.finish_reason
+                index = part["index"]
+                if type(index) is not int:
+                    raise TypeError(f"a tool call's index is {type(index).__name__}, not an integer")
+                self._call_delta(self.calls.setdefault(index, _Call()), part)
+            self.finish_reason = _str_or_none(choice.get("finish_reason"), "finish_reason") or self.finish_reason
         return added
 
     @staticmethod
@@ -219,4 +309,4 @@ class _Stream:
             Content.tool_use(call.id, call.name, "".join(call.arguments))
             for call in (self.calls[i] for i in sorted(self.calls))
         ]
-        return _response("".join(self.text), calls, self.finish_reason, self.usage)
+        return _response("".join(self.text), "".join(self.reasoning), calls, self.finish_reason, self.usage)

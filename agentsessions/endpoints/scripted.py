@@ -9,7 +9,7 @@ from agentsessions.endpoint import ModelRequest, ModelResponse
 from agentsessions.errors import EndpointError
 from agentsessions.messages import ContentType, Message, Role
 
-Reply = Message | Callable[[ModelRequest], Message]
+Reply = Message | ModelResponse | Callable[[ModelRequest], Message | ModelResponse]
 
 
 class ScriptedEndpoint:
@@ -17,6 +17,8 @@ class ScriptedEndpoint:
 
     A reply is an assistant :class:`Message`, or a callable that takes the
     :class:`ModelRequest` and returns one (so replies can depend on what tools returned).
+    A :class:`ModelResponse` (or a callable returning one) scripts the stop reason and the
+    usage too; a bare message stops with ``"tool_use"`` when it calls tools, else ``"end_turn"``.
     Every request seen is kept in ``requests``. Running out of replies is an
     :class:`EndpointError`, as a provider's failure would be; a reply that is not a
     ``Message`` (or a function that returns something else) is the script's mistake, a
@@ -26,7 +28,7 @@ class ScriptedEndpoint:
     def __init__(self, replies: Iterable[Reply]) -> None:
         self._replies = list(replies)
         for index, reply in enumerate(self._replies):
-            if not isinstance(reply, Message) and not callable(reply):
+            if not isinstance(reply, (Message, ModelResponse)) and not callable(reply):
                 raise TypeError(
                     f"scripted reply {index + 1} must be a Message or a function returning one, "
                     f"got {type(reply).__name__}: {reply!r:.80}"
@@ -42,7 +44,9 @@ class ScriptedEndpoint:
         if index >= len(self._replies):
             raise EndpointError(f"the script has {len(self._replies)} replies; request {index + 1} has none")
         reply = self._replies[index]
-        message = reply if isinstance(reply, Message) else reply(request)
+        message = reply if isinstance(reply, (Message, ModelResponse)) else reply(request)
+        if isinstance(message, ModelResponse):
+            return message
         if not isinstance(message, Message):
             # The script's author's mistake, not a provider's failure: a TypeError, as for any bad argument.
             raise TypeError(

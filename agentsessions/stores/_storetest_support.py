@@ -62,12 +62,36 @@ def raw_json(draw: st.DrawFn) -> str:
 
 
 TOOL_INPUT = st.one_of(raw_json(), TEXT)
+_SOME_TEXT = TEXT.filter(bool)
+
+
+@st.composite
+def _raw_block(draw: st.DrawFn) -> Content:
+    # A provider's JSON as it may come: spacing, key order and escapes of its own, kept byte for byte.
+    pairs = draw(raw_json())[1:-1]
+    value = json.dumps(draw(TEXT), ensure_ascii=draw(st.booleans()))  # surrogates too, raw or escaped
+    data = '{"type":' + value + ("," + pairs if pairs.strip() else "") + "}"
+    return Content.raw(draw(st.sampled_from(["anthropic", "openai"]) | _SOME_TEXT), data, text=draw(TEXT))
+
+
+@st.composite
+def _media(draw: st.DrawFn, kind: ContentType) -> Content:
+    data, url = (draw(_SOME_TEXT), "") if draw(st.booleans()) else ("", draw(_SOME_TEXT))
+    name = draw(TEXT) if kind is ContentType.DOCUMENT else ""
+    media_type = draw(_SOME_TEXT) if data else draw(TEXT)
+    return Content(kind, name=name, tool_use_id=draw(TEXT), data=data, media_type=media_type, url=url)
+
+
+# Every block type, each with every field its type uses: a store must keep them all.
 CONTENT = st.one_of(
     st.builds(Content.of_text, TEXT),
     st.builds(Content.tool_use, TEXT, TEXT, TOOL_INPUT),
     st.builds(Content.tool_result, TEXT, TEXT, is_error=st.booleans()),
-    # Every field on any type: a store must not keep only the fields it expects of a block.
-    st.builds(Content, st.sampled_from(ContentType), TEXT, TEXT, TEXT, TOOL_INPUT, TEXT, st.booleans()),
+    st.builds(Content.thinking, TEXT, TEXT),
+    st.builds(Content.redacted_thinking, TEXT),
+    _media(ContentType.IMAGE),
+    _media(ContentType.DOCUMENT),
+    _raw_block(),
 )
 MESSAGE = st.builds(Message, st.sampled_from(Role), st.lists(CONTENT, max_size=3))
 

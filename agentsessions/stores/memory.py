@@ -271,4 +271,3 @@ class MemoryStore:
         shared = len(stored) if snapshot[: len(stored)] == stored else 0
         check_transcript(snapshot, start=shared)
         return snapshot
-

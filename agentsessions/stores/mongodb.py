@@ -560,9 +560,7 @@ class MongoStore:
     # --- Errors and indexes ----------------------------------------------------------------
 
     def _gave_up(self, action: str, session_id: str, why: str) -> StoreError:
-        return StoreError(
-            f"{could_not(self._name, action, session_id)}: {why} for {self._timeout} s"
-        )
+        return StoreError(f"{could_not(self._name, action, session_id)}: {why} for {self._timeout} s")
 
     def _check_indexes(self) -> None:
         if self._indexes_checked:

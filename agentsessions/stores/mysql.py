@@ -216,6 +216,7 @@ _STATE_SQL = {
     **{state: f"s.run_state = '{state.value}'" for state in (RunState.FINISHED, RunState.CANCELLED, RunState.FAILED)},
 }
 
+
 @attrs.frozen
 class _Record:
     """A session row as a locking read found it; ``state`` is derived at the server's time of that read."""
@@ -586,4 +587,3 @@ def _text(data: bytes | None) -> str | None:
 def _utc(value: datetime.datetime | None) -> datetime.datetime | None:
     # DATETIME carries no zone; every one of ours is UTC.
     return None if value is None else value.replace(tzinfo=UTC)
-

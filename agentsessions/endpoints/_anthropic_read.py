@@ -1,0 +1,182 @@
+"""Reading the Messages API's answers, whole or streamed, into a :class:`~agentsessions.ModelResponse`.
+
+Both paths end in the same place: each content block as the API's JSON object, turned into
+a :class:`~agentsessions.Content` by :func:`block_content`. A stream builds those objects
+from its events the way the official SDK accumulates them: ``text_delta`` appends text,
+``thinking_delta`` thinking, ``signature_delta`` sets the signature, ``citations_delta``
+appends a citation, ``input_json_delta`` pieces make a tool call's input (kept as the exact
+text the model wrote), and any other delta (such as ``compaction_delta``) sets the fields
+it carries. Every field these helpers read is checked for its type; what is not the API's
+format raises one of :data:`~agentsessions.endpoints._http.MALFORMED`, which the HTTP layer
+reports as :class:`~agentsessions.EndpointDecodingError`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from agentsessions.endpoint import ModelResponse, Usage
+from agentsessions.endpoints._http import Verbatim, dump_verbatim, load_json, token_count
+from agentsessions.messages import Content, Message, Role
+
+PROVIDER = "anthropic"
+
+
+def dump_input(value: object) -> str:
+    """A received ``input`` object as text, written the way the API's stream writes it."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def read_message(body: Mapping[str, Any]) -> ModelResponse:
+    """The :class:`ModelResponse` for a non-streamed Messages API answer."""
+    blocks = [block_content(block, None) for block in body["content"]]
+    return ModelResponse(
+        Message(Role.ASSISTANT, blocks),
+        stop_reason=_stop_reason(body.get("stop_reason")),
+        usage=usage(body.get("usage")),
+    )
+
+
+def block_content(block: Mapping[str, Any], streamed_input: str | None) -> Content:
+    """The :class:`Content` for one of the API's content blocks.
+
+    ``streamed_input`` is the text a stream's ``input_json_delta`` pieces made, for a block
+    that takes input (``None`` for a whole answer, whose input is already an object).
+    """
+    kind = block["type"]
+    if kind == "text" and not block.get("citations"):
+        return Content.of_text(_str(block, "text"))
+    if kind == "tool_use":
+        return Content.tool_use(_str(block, "id"), _str(block, "name"), streamed_input or dump_input(block["input"]))
+    if kind == "thinking":
+        return Content.thinking(_str(block, "thinking"), _str(block, "signature", ""))
+    if kind == "redacted_thinking":
+        return Content.redacted_thinking(_str(block, "data"))
+    # Anything else, kept as the API wrote it: its text, for a cited text block, is what a reader sees.
+    if streamed_input is not None and "input" in block:
+        block = {**block, "input": _input_or_empty(streamed_input)}
+    text = _str(block, "text") if kind == "text" else ""
+    return Content.raw(PROVIDER, dump_verbatim(block), text=text)
+
+
+def _input_or_empty(text: str) -> Verbatim | dict[str, Any]:
+    # The exact text when it is a JSON object, as the API wants it back; else an empty one.
+    try:
+        value = load_json(text) if text else None
+    except ValueError:
+        value = None
+    return Verbatim(text) if isinstance(value, dict) else {}
+
+
+def _str(block: Mapping[str, Any], key: str, default: str | None = None) -> str:
+    value = block.get(key, default) if default is not None else block[key]
+    if value is None and default is not None:
+        return default
+    if not isinstance(value, str):
+        raise TypeError(f"a {block.get('type')} block's {key} is {type(value).__name__}, not a string")
+    return value
+
+
+def _stop_reason(value: object) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise TypeError(f"stop_reason is {type(value).__name__}, not a string")
+    return value
+
+
+def usage(counts: object) -> Usage:
+    """The API's ``usage`` object as a :class:`Usage` (``None``: nothing counted)."""
+    if counts is None:
+        return Usage()
+    if not isinstance(counts, Mapping):
+        raise TypeError(f"usage is {type(counts).__name__}, not an object")
+    return Usage(
+        token_count(counts, "input_tokens"),
+        token_count(counts, "output_tokens"),
+        token_count(counts, "cache_read_input_tokens"),
+        token_count(counts, "cache_creation_input_tokens"),
+    )
+
+
+@attrs.define
+class _Block:
+    fields: dict[str, Any]
+    input: list[str] | None = None  # the input_json_delta pieces, once there is one
+
+
+@attrs.define
+class Stream:
+    """The answer being assembled from stream events."""
+
+    blocks: dict[int, _Block] = attrs.Factory(dict)
+    stop_reason: str = ""
+    counts: dict[str, Any] = attrs.Factory(dict)
+    done: bool = False
+
+    def feed(self, event: Mapping[str, Any]) -> str:
+        """Take one event; return the text it adds (``""`` for none)."""
+        kind = event["type"]
+        if kind == "message_start":
+            self._count(event["message"].get("usage"))
+        elif kind == "content_block_start":
+            start = event["content_block"]
+            if not isinstance(start, dict) or not isinstance(start.get("type"), str):
+                raise TypeError("content_block_start without a content block")
+            self.blocks[_index(event)] = _Block(dict(start))
+        elif kind == "content_block_delta":
+            return _delta(self.blocks[_index(event)], event["delta"])
+        elif kind == "message_delta":
+            self.stop_reason = _stop_reason(event["delta"].get("stop_reason")) or self.stop_reason
+            self._count(event.get("usage"))
+        elif kind == "message_stop":
+            self.done = True
+        return ""  # ping, content_block_stop and event types added later carry nothing we keep
+
+    def _count(self, counts: object) -> None:
+        if counts is None:
+            return
+        if not isinstance(counts, Mapping):
+            raise TypeError(f"usage is {type(counts).__name__}, not an object")
+        # Counts are cumulative, and newer API versions resend input_tokens in message_delta.
+        self.counts.update({key: value for key, value in counts.items() if value is not None})
+
+    def response(self) -> ModelResponse:
+        """The finished answer, blocks in index order."""
+        content = [
+            block_content(block.fields, "".join(block.input) if block.input is not None else None)
+            for block in (self.blocks[i] for i in sorted(self.blocks))
+        ]
+        return ModelResponse(Message(Role.ASSISTANT, content), stop_reason=self.stop_reason, usage=usage(self.counts))
+
+
+def _index(event: Mapping[str, Any]) -> int:
+    index = event["index"]
+    if type(index) is not int:
+        raise TypeError(f"a block index is {type(index).__name__}, not an integer")
+    return index
+
+
+def _delta(block: _Block, delta: Mapping[str, Any]) -> str:
+    fields, kind = block.fields, delta["type"]
+    if kind == "text_delta":
+        piece = _str(delta, "text")
+        fields["text"] = _str(fields, "text", "") + piece
+        return piece
+    if kind == "input_json_delta":
+        if block.input is None:
+            block.input = []
+        block.input.append(_str(delta, "partial_json"))
+    elif kind == "thinking_delta":
+        fields["thinking"] = _str(fields, "thinking", "") + _str(delta, "thinking")
+    elif kind == "signature_delta":
+        fields["signature"] = _str(delta, "signature")
+    elif kind == "citations_delta":
+        fields["citations"] = [*(fields.get("citations") or []), delta["citation"]]
+    else:
+        fields.update((key, value) for key, value in delta.items() if key != "type")
+    return ""

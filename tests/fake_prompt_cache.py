@@ -1,0 +1,76 @@
+"""The Messages API's prompt cache, as its documentation describes it, for the fake server and the cost benchmark.
+
+A prompt is its blocks in the API's order: tools, then system, then each message's
+blocks. A ``cache_control`` breakpoint on a block marks the prefix ending there as one to
+cache. For each request:
+
+- the cache is looked up at each breakpoint and at the 20 blocks before it; the longest
+  prefix found cached is read (``cache_read_input_tokens``);
+- the prefix up to the last breakpoint is written, less what was read
+  (``cache_creation_input_tokens``), if it holds at least ``minimum`` tokens (1,024 for
+  most Claude models); each breakpoint's prefix is cached from then on;
+- the tokens after the last breakpoint are ``input_tokens``, billed at the full rate.
+
+Entries never expire here (the API keeps them five minutes after their last use, which a
+run's steps always are within). A block counts one token per four bytes of its JSON, at
+least one; ``cache_control`` itself is not part of what is cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+LOOKBACK = 20
+
+
+def _units(body: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
+    system = body.get("system")
+    systems = system if isinstance(system, list) else ([{"type": "text", "text": system}] if system else [])
+    units = [(tool, "tools") for tool in body.get("tools", [])] + [(block, "system") for block in systems]
+    for message in body["messages"]:
+        content = message["content"]
+        blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
+        units += [(block, message["role"]) for block in blocks]
+    return units
+
+
+def tokens(block: dict[str, Any]) -> int:
+    """What one block counts, its breakpoint aside."""
+    return max(1, len(json.dumps({k: v for k, v in block.items() if k != "cache_control"})) // 4)
+
+
+class PromptCache:
+    """Prefixes cached so far, by the hash of their blocks, and the accounting of each request."""
+
+    def __init__(self, minimum: int = 1024) -> None:
+        self.minimum = minimum
+        self.cached: set[str] = set()
+
+    def account(self, body: dict[str, Any]) -> tuple[int, int, int]:
+        """``(read, written, uncached)`` tokens for the request ``body``, caching what it writes."""
+        digests, totals, breakpoints = [], [], []
+        digest, total = hashlib.sha256(), 0
+        for index, (block, role) in enumerate(_units(body)):
+            plain = {k: v for k, v in block.items() if k != "cache_control"}
+            digest.update(json.dumps([role, plain], sort_keys=True).encode("utf-8", "surrogatepass"))
+            total += tokens(block)
+            digests.append(digest.copy().hexdigest())
+            totals.append(total)
+            if "cache_control" in block:
+                breakpoints.append(index)
+        if not breakpoints:
+            return 0, 0, total
+        read = 0
+        for point in breakpoints:
+            for index in range(point, max(-1, point - LOOKBACK - 1), -1):
+                if digests[index] in self.cached:
+                    read = max(read, totals[index])
+                    break
+        last = totals[breakpoints[-1]]
+        written = 0
+        if last >= self.minimum:
+            written = last - read
+            self.cached.update(digests[point] for point in breakpoints if totals[point] >= self.minimum)
+        return read, written, total - read - written
