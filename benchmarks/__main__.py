@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterator
 
 import attrs
 
-from benchmarks import suite_memory, suite_stores, suite_systems
-from benchmarks.save_scaling import conversation
+from benchmarks import prompt_cache_cost, suite_memory, suite_stores, suite_systems
+from benchmarks.save_scaling import conversation, short_conversation
 
 
 @attrs.frozen
@@ -47,7 +47,7 @@ class Sizes:
 
 
 QUICK = Sizes(10, 2, 20, 1, 5, 25, 2, 10, (1, 2), 0.3, 20)
-GOALS = {"loop": 2.0, "late/early": 1.2, "read": 1.0, "file": 2.5, "save": 2.0, "renew": 2.0}
+GOALS = {"loop": 2.0, "late/early": 1.2, "read": 1.0, "file": 2.5, "save": 2.0, "renew": 2.0, "cache": 1.2}
 
 
 def machine() -> str:
@@ -173,13 +173,13 @@ def report_long(runs: dict[str, LongRun], sizes: Sizes, goals: list[str]) -> Non
             goals.append(_goal(f"SQLite file ÷ message text, {name}", run.file_bytes / text, GOALS["file"]))
 
 
-def report_read(reads: dict[str, float], count: int, goals: list[str]) -> None:
+def report_read(reads: dict[str, float], what: str, goals: list[str]) -> None:
     """Print the read times and the read goal."""
     for name, seconds in reads.items():
         print(f"  {name:<32} {_ms(seconds):>12}")
     if "OpenAI Agents" in reads:
         ratio = reads["agentsessions"] / reads["OpenAI Agents"]
-        goals.append(_goal(f"read {count:,} messages, agentsessions / SQLiteSession.get_items", ratio, GOALS["read"]))
+        goals.append(_goal(f"read {what}, agentsessions / SQLiteSession.get_items", ratio, GOALS["read"]))
 
 
 def report_saves(name: str, figures: dict[str, float], goals: list[str]) -> None:
@@ -254,10 +254,14 @@ def run_sections(sizes: Sizes, skip: dict[str, str], folder: str, goals: list[st
     section(f"{sizes.run_steps}-step run with a SQLite store, per-step median over {sizes.run_rounds} rounds")
     runs = long_runs(sizes, skip, folder)
     report_long(runs, sizes, goals)
-    messages = conversation(sizes.read_turns)
-    section(f"read {len(messages):,} messages from SQLite, a new store object each time, median of {sizes.read_rounds}")
-    reads = suite_stores.read_times(folder, messages, sizes.read_rounds, not skip["OpenAI Agents"])
-    report_read(reads, len(messages), goals)
+    for workload, messages in (
+        ("long texts", conversation(sizes.read_turns)),
+        ("short texts", short_conversation(sizes.read_turns)),
+    ):
+        count, rounds = len(messages), sizes.read_rounds
+        section(f"read {count:,} messages from SQLite ({workload}), a new store object each time, median of {rounds}")
+        reads = suite_stores.read_times(folder, messages, rounds, not skip["OpenAI Agents"])
+        report_read(reads, f"{count:,} messages, {workload}", goals)
     section(
         f"a save (one message onto 20), a lease renewal, one bare commit (SQLite) or SELECT 1 round trip "
         f"(servers; and one autocommitted one-row UPDATE, the bare write): medians of {sizes.repeats}"
@@ -279,6 +283,13 @@ def run_sections(sizes: Sizes, skip: dict[str, str], folder: str, goals: list[st
         f"  Python heap per run beyond its transcript: {memory.heap_per_run:,.0f} bytes "
         f"(transcript {memory.transcript_per_run:,.0f} bytes); resident set per run {memory.rss_per_run:,.0f} bytes"
     )
+    steps = 40 if sizes != QUICK else 6
+    section(f"prompt caching over a {steps}-step Anthropic run: input billed at full rate / new tokens")
+    for cache in (True, False):
+        billed, priced = prompt_cache_cost.measure(steps, cache)
+        print(f"  cache={cache!s:<5} {billed:6.2f}x the new tokens, priced at {priced:.2f} of sending it uncached")
+        if cache:
+            goals.append(_goal(f"input billed / new tokens, {steps} steps, cache=True", billed, GOALS["cache"]))
     if png:
         print("\n" + write_png(runs, png, sizes))
     elif sizes == QUICK:

@@ -92,6 +92,26 @@ def conversation(turns: int, seed: int = 7) -> list[agent.Message]:
     return [message for n in range(turns) for message in _turn(rng, n)]
 
 
+def short_conversation(turns: int) -> list[agent.Message]:
+    """A chat of ``turns`` short turns, four messages each: a question, a tool call, its result, an answer.
+
+    Short texts make reading cost what building the objects costs, where long ones make it
+    cost what decoding JSON costs.
+    """
+    return [
+        message
+        for n in range(turns)
+        for message in (
+            agent.Message.user(f"What is {n} plus one?"),
+            agent.Message(
+                agent.Role.ASSISTANT, [agent.Content.tool_use(f"call-{n}", "add", json.dumps({"a": n, "b": 1}))]
+            ),
+            agent.Message(agent.Role.USER, [agent.Content.tool_result(f"call-{n}", str(n + 1))]),
+            agent.Message.assistant(f"It is {n + 1}."),
+        )
+    ]
+
+
 # --- Measurements ---------------------------------------------------------------------
 
 

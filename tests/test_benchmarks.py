@@ -27,6 +27,7 @@ def test_quick_mode_runs_and_prints_every_section() -> None:
         "messages from SQLite",
         "a lease renewal",
         "concurrent runs in one process",
+        "prompt caching over a",
         "== goals (measured / goal)",
     ):
         assert heading in out, f"{heading!r} missing from:\n{out}"

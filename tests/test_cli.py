@@ -465,3 +465,36 @@ def test_a_missing_driver_names_the_extra_to_install() -> None:
     )
     assert done.returncode == Exit.STORE and SECRET not in done.stderr
     assert done.stderr == "agentsessions: the postgres store needs its driver: pip install agentsessions[postgres]\n"
+
+
+def test_show_prints_every_block_type(sqlite_url: tuple[str, agent.RunStore]) -> None:
+    url, store = sqlite_url
+    C = agent.Content
+    messages = [
+        agent.Message.user("what is this?", C.image(url="https://example.com/a.png")),
+        agent.Message(
+            agent.Role.ASSISTANT,
+            [
+                C.thinking("it looks like a cat", "sig-1"),
+                C.redacted_thinking("b64secret"),
+                C.raw("anthropic", '{"type": "server_tool_use", "id": "srv_1"}'),
+                C.tool_use("call-1", "read", '{"path": "a.pdf"}'),
+            ],
+        ),
+        agent.Message(
+            agent.Role.USER,
+            [
+                C.tool_result("call-1", "the file:"),
+                attrs.evolve(
+                    C.document(media_type="application/pdf", data="JVBERi0x", name="a.pdf"), tool_use_id="call-1"
+                ),
+            ],
+        ),
+    ]
+    store.save("blocks", messages)
+    text = cli("--store", url, "show", "blocks").out
+    assert "    image: https://example.com/a.png\n" in text
+    assert "    thinking (signed): it looks like a cat\n" in text
+    assert "    redacted thinking (9 characters)\n" in text
+    assert "    anthropic block server_tool_use\n" in text
+    assert "    document 'a.pdf' from tool call [call-1]: application/pdf, 8 base64 characters\n" in text
