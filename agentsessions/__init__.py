@@ -32,7 +32,7 @@ from agentsessions.messages import Content, ContentType, Message, Role
 from agentsessions.runner import Run, Runner
 from agentsessions.runs import RunState, SessionInfo
 from agentsessions.session import ForkStore, RunStore, Session, Store, StoreSession, open
-from agentsessions.spec import Pattern, Result, Spec, StopReason
+from agentsessions.spec import Pattern, Result, Resume, Spec, StopReason
 from agentsessions.tools import Tool, tool
 
 __version__ = "0.1.0"
@@ -57,6 +57,7 @@ __all__ = [
     "ModelResponse",
     "Pattern",
     "Result",
+    "Resume",
     "Role",
     "Run",
     "RunError",

@@ -244,11 +244,13 @@ class ReactLoop:
 
     def collect_steers(self) -> None:
         """Put waiting steers (the run's box, then the session's) where the run has got to."""
-        box = self.box.take()
+        # The store's first: if taking them fails, the box's are still in the box, and the
+        # failed run reports them unapplied instead of losing them.
         if self.hold is not None:
             stored = self.hold.take_steers()
         else:
             stored = self.spec.session.take_steers() if self.spec.session is not None else []
+        box = self.box.take()
         if box or stored:
             self.note_box(box)
             self.apply_steers([("run", text) for text in box] + [("session", text) for text in stored])
@@ -278,7 +280,8 @@ class ReactLoop:
 
         Steers that arrived after the last collection (in the box, or in the store) keep the
         run going, unless it is cancelled or has no step left for them: then the box's are
-        reported unapplied and the store's wait there for the next run. The box closes first,
+        reported unapplied, and the store's keep the session from being released: its lease
+        lapses, and a resumer runs them (a steer answered ``RUNNING`` is a promise). The box closes first,
         so a later ``Run.steer`` raises and its caller steers the session, which the release
         checks in the same step.
         """
@@ -293,8 +296,14 @@ class ReactLoop:
                 self.save()
             return []
         end = RunState.CANCELLED if self.stop_reason == StopReason.CANCELLED else RunState.FINISHED
-        late = self.hold.release(self.transcript, end, unless_steered=room)
+        late = self.hold.release(self.transcript, end, unless_steered=True)
         self.saved()
+        if late and not room:
+            # Steers whose senders were told RUNNING, and no step left for them: the session
+            # is saved but not released, so its lease lapses and a resumer finds it STALLED
+            # with them pending (they stay in the store until a run's save carries them).
+            self.hold.let_go()
+            return []
         return [("session", text) for text in late]
 
     def note_box(self, box: list[str]) -> None:

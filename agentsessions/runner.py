@@ -22,12 +22,13 @@ from types import TracebackType
 
 from agentsessions import events as ev
 from agentsessions.endpoint import Endpoint
-from agentsessions.errors import RunError, RunnerClosedError
+from agentsessions.errors import RunError, RunFinishedError, RunnerClosedError, SessionBusyError
 from agentsessions.holding import Hold
 from agentsessions.loop import EventSink, ReactLoop, SteerBox
 from agentsessions.messages import Message, check_transcript
-from agentsessions.session import RunStore, StoreSession, check_steer
-from agentsessions.spec import Pattern, Result, Spec, StopReason
+from agentsessions.runs import RunState
+from agentsessions.session import RunStore, Session, StoreSession, check_steer
+from agentsessions.spec import Pattern, Result, Resume, Spec, StopReason
 
 log = logging.getLogger("agentsessions")
 
@@ -68,6 +69,11 @@ class Run:
         self._result: Result | None = None
         self._error: RunError | None = None
         self._loop = ReactLoop(spec, messages, endpoint, emit, self._box, lambda: self._cancelled, hold)
+
+    @property
+    def session(self) -> Session | None:
+        """The session this run works on (its spec's)."""
+        return self._loop.spec.session
 
     def steer(self, text: str) -> None:
         """Put ``text`` before the model at the run's next request.
@@ -187,32 +193,82 @@ class Runner:
         return f"Runner(replica={self.replica!r})"
 
     def run(
-        self, spec: Spec, messages: Sequence[Message], endpoint: Endpoint, events: EventSink | None = None
+        self, spec: Spec, messages: Sequence[Message] | Resume, endpoint: Endpoint, events: EventSink | None = None
     ) -> Result:
-        """Run on the calling thread until the run finishes; raises :class:`RunError` if it fails."""
+        """Run on the calling thread until the run finishes; raises :class:`RunError` if it fails.
+
+        ``messages`` is the whole transcript, or :class:`Resume` to continue the session's.
+        """
         run = self._prepare(spec, messages, endpoint, events)
         run._execute()
         return run.wait()
 
     def start(
-        self, spec: Spec, messages: Sequence[Message], endpoint: Endpoint, events: EventSink | None = None
+        self, spec: Spec, messages: Sequence[Message] | Resume, endpoint: Endpoint, events: EventSink | None = None
     ) -> Run:
         """Start the run on a worker thread and return its handle at once."""
         run = self._prepare(spec, messages, endpoint, events)
         threading.Thread(target=run._execute, name="agentsessions-run", daemon=True).start()
         return run
 
-    def _prepare(self, spec: Spec, messages: Sequence[Message], endpoint: Endpoint, events: EventSink | None) -> Run:
+    def send(self, spec: Spec, text: str, endpoint: Endpoint, events: EventSink | None = None) -> Run | None:
+        """Deliver one user message to the spec's session: the one call a chat view needs.
+
+        A live run of this runner holding the session gets ``text`` as a steer; a run held
+        elsewhere (another runner, another replica) gets it through the store; with no live
+        run, a run starts with ``Resume(text)``. Returns the run this runner steered or
+        started, or ``None`` when a run held elsewhere takes the text. The text is answered
+        once, whatever races with it: another ``send``, a run finishing, a replica dying.
+        """
+        text = check_steer(text)
+        session = spec.session if isinstance(spec, Spec) else None
+        if session is None:
+            raise ValueError("send needs a Spec with a session: the text goes to that session's conversation")
+        mine = self._live_run_of(session)
+        if mine is not None:
+            try:
+                mine.steer(text)
+                return mine
+            except RunFinishedError:
+                pass  # it is releasing the session: the store decides below
+        try:
+            return self.start(spec, Resume(text), endpoint, events)
+        except SessionBusyError:
+            pass
+        if session.steer(text) is RunState.RUNNING:
+            # The holder takes it at its next step or as it releases (the release checks for
+            # steers in the same atomic step); one with no step left leaves it to a resumer.
+            return mine
+        try:  # the holder released between our claim and our steer: the steer waits for a run
+            return self.start(spec, Resume(), endpoint, events)
+        except SessionBusyError:
+            return None  # another run claimed it since: it takes the stored steer at its first step
+
+    def _live_run_of(self, session: Session) -> Run | None:
+        """This runner's unfinished run of ``session``, if it has one."""
+        with self._lock:
+            runs = list(self._runs)
+        return next((run for run in runs if not run.done and _same_session(run.session, session)), None)
+
+    def _prepare(
+        self, spec: Spec, messages: Sequence[Message] | Resume, endpoint: Endpoint, events: EventSink | None
+    ) -> Run:
         if not isinstance(spec, Spec):
             raise TypeError(f"spec must be an agentsessions.Spec, got {type(spec).__name__}")
         if not callable(getattr(endpoint, "complete", None)):
             raise TypeError(f"endpoint must have a complete(request) method, got {type(endpoint).__name__}")
         if events is not None and not callable(events):
             raise TypeError(f"events must be a callable or None, got {type(events).__name__}")
-        transcript = check_transcript(messages)
+        resume = messages if isinstance(messages, Resume) else None
+        if resume is not None and spec.session is None:
+            raise ValueError("Resume continues a session's stored transcript: the Spec needs a session")
+        transcript = [] if resume is not None else check_transcript(messages)
         if self._closed:
             raise RunnerClosedError(f"{self!r} was shut down; it starts no more runs")
-        run = Run(spec, transcript, endpoint, events, self._hold(spec))  # the claim: no lock held
+        hold = self._hold(spec)  # the claim: no lock held
+        if resume is not None:
+            transcript = self._resumed(spec, resume, hold)
+        run = Run(spec, transcript, endpoint, events, hold)
         with self._lock:
             self._runs.add(run)
             if self._closed:  # shut down while claiming: it stops before its first request
@@ -220,12 +276,32 @@ class Runner:
         _live_runs.add(run)
         return run
 
+    @staticmethod
+    def _resumed(spec: Spec, resume: Resume, hold: Hold | None) -> list[Message]:
+        """The stored transcript continued by ``resume``, read after the claim so no other run writes in between."""
+        assert spec.session is not None
+        try:
+            return resume.continued(spec.session.messages())
+        except BaseException:
+            if hold is not None:
+                # Nothing was run or written: stop renewing, and the lease lapses (the
+                # session shows STALLED until then, and a resumer or the next run takes it).
+                hold.let_go()
+            raise
+
     def _hold(self, spec: Spec) -> Hold | None:
         """Claim the spec's session when its store keeps runs; raises ``SessionBusyError`` while it is held."""
         session = spec.session
         if isinstance(session, StoreSession) and isinstance(session.store, RunStore):
             return Hold.claim_session(session.store, session.id, self.replica, spec.lease)
         return None
+
+
+def _same_session(one: Session | None, other: Session) -> bool:
+    """Whether two sessions address one conversation: the same id in the same store object."""
+    if isinstance(one, StoreSession) and isinstance(other, StoreSession):
+        return one.id == other.id and one.store is other.store
+    return one is other
 
 
 def _cancel_and_wait(runs: list[Run], timeout: float | None) -> bool:
@@ -251,4 +327,4 @@ def _shut_down_at_exit() -> None:
     _cancel_and_wait([run for run in list(_live_runs) if not run.done], Runner.EXIT_GRACE)
 
 
-__all__ = ["Pattern", "Result", "Run", "Runner", "RunnerClosedError", "Spec", "StopReason"]
+__all__ = ["Pattern", "Result", "Resume", "Run", "Runner", "RunnerClosedError", "Spec", "StopReason"]

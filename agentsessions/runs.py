@@ -19,11 +19,16 @@ from __future__ import annotations
 
 import datetime
 import enum
-from collections.abc import Collection
+import logging
+from collections.abc import Callable, Collection, Iterable, Iterator
+from typing import TypeVar
 
 import attrs
 
-from agentsessions.errors import ConflictError, SessionBusyError
+from agentsessions.errors import ConflictError, FormatError, SessionBusyError
+
+log = logging.getLogger("agentsessions")
+Row = TypeVar("Row")
 
 UTC = datetime.UTC
 
@@ -112,19 +117,45 @@ class Renewal:
     cancelling: frozenset[Claim] = frozenset()
 
 
-def derive_state(stored: str | None, lease_expires_at: datetime.datetime | None, now: datetime.datetime) -> RunState:
+def derive_state(
+    stored: str | None, lease_expires_at: datetime.datetime | None, now: datetime.datetime, session_id: str = ""
+) -> RunState:
     """The state of a record whose stored state is ``stored`` (``None``: no run ever held it).
 
     Stores keep ``"running"`` while a run holds the session; whether it is ``RUNNING`` or
     ``STALLED`` depends on the lease at ``now``, so no store has to rewrite records when
-    leases run out.
+    leases run out. A state this version does not know (a newer version's, during a
+    rolling deploy) is a :class:`FormatError` naming ``session_id``.
     """
     if stored is None:
         return RunState.IDLE
-    state = RunState(stored)
+    state = _STATES.get(stored)
+    if state is None:
+        which = f"session {session_id!r:.80}" if session_id else "the session"
+        raise FormatError(
+            f"{which} has run state {stored!r:.40}, which this version of agentsessions does not know "
+            "(a newer version wrote it): upgrade this replica"
+        )
     if state is RunState.RUNNING and (lease_expires_at is None or lease_expires_at <= now):
         return RunState.STALLED
     return state
+
+
+_STATES = {member.value: member for member in RunState}
+
+
+def listed(rows: Iterable[Row], info: Callable[[Row], SessionInfo], store: str) -> Iterator[SessionInfo]:
+    """Each row of a listing as a :class:`SessionInfo`; a record this version cannot read is left out.
+
+    One unreadable record (a newer version's) must not hide every other session from a
+    resumer or a console: it is logged as a warning naming the store and the session, and
+    ``info()`` on it raises the :class:`FormatError`.
+    """
+    for row in rows:
+        try:
+            yield info(row)
+        except FormatError as error:
+            log.warning("%s: a session left out of the listing: %s", store, error)
 
 
 def state_filter(state: RunState | Collection[RunState] | None) -> frozenset[RunState] | None:

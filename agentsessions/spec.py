@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import attrs
 
 from agentsessions.endpoint import Usage
-from agentsessions.messages import Message
+from agentsessions.messages import Message, Role
 from agentsessions.runs import check_lease
 from agentsessions.session import Session
 from agentsessions.tools import Tool
@@ -99,4 +99,36 @@ class Result:
     usage: Usage = attrs.field(factory=Usage)
 
 
-__all__ = ["Pattern", "Result", "Spec", "StopReason"]
+def _resume_message(_: object, __: attrs.Attribute[str | Message | None], value: object) -> None:
+    if value is None or isinstance(value, str):
+        return
+    if not isinstance(value, Message) or value.role is not Role.USER:
+        raise TypeError(f"Resume.message is a str, a user Message or None, got {value!r:.80}")
+
+
+@attrs.frozen
+class Resume:
+    """Where ``messages`` goes in ``Runner.run``/``start``: continue the session's stored transcript.
+
+    The transcript is read after the run has claimed its session, so no other run can
+    write in between. ``message``, when given, is added as the user's next words: joined
+    to a trailing user message (tool results, a steer), or as a new one. A list of
+    messages instead keeps its meaning: the whole transcript, replacing what is stored.
+    """
+
+    message: str | Message | None = attrs.field(default=None, validator=_resume_message)
+
+    def continued(self, stored: Sequence[Message]) -> list[Message]:
+        """The transcript a run resumed from ``stored`` starts with."""
+        transcript = list(stored)
+        if self.message is None:
+            return transcript
+        words = Message.user(self.message) if isinstance(self.message, str) else self.message
+        if transcript and transcript[-1].role is Role.USER:
+            transcript[-1] = Message(Role.USER, transcript[-1].content + words.content)
+        else:
+            transcript.append(words)
+        return transcript
+
+
+__all__ = ["Pattern", "Result", "Resume", "Spec", "StopReason"]

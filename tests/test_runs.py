@@ -155,17 +155,24 @@ def test_a_steer_that_arrives_during_the_last_answer_keeps_the_run_going() -> No
     assert session.steer("after the run") is agent.RunState.FINISHED  # waits for the next run
 
 
-def test_a_late_steer_past_max_steps_stays_pending_for_the_next_run() -> None:
+def test_a_steer_answered_running_past_max_steps_is_left_for_a_resumer() -> None:
     store = MemoryStore()
     session = agent.open("s", store)
     entered, release = threading.Event(), threading.Event()
     endpoint = ScriptedEndpoint([blocking(entered, release, agent.Message.assistant("done"))])
-    run = agent.Runner().start(agent.Spec(session=session, max_steps=1), [USER], endpoint)
+    run = agent.Runner().start(agent.Spec(session=session, max_steps=1, lease=0.2), [USER], endpoint)
     assert entered.wait(5)
-    assert session.steer("too late") is agent.RunState.RUNNING
+    assert session.steer("too late") is agent.RunState.RUNNING  # a promise: some run answers it
     release.set()
     assert run.wait(5).stop_reason == "end_turn"
-    assert (store.info("s").state, store.take_steers("s")) == (agent.RunState.FINISHED, ["too late"])
+    # Saved but not released: the lease lapses and the session is where a resumer looks.
+    wait_for("the lease to lapse", lambda: store.info("s").state is agent.RunState.STALLED)
+    assert store.info("s").pending_steers == 1 and store.messages("s") == run.wait().messages
+    later = ScriptedEndpoint([agent.Message.assistant("answered")])
+    resumed = agent.Runner().run(agent.Spec(session=session), agent.Resume(), later)
+    assert later.requests[0].messages[-2:] == (agent.Message.assistant("done"), agent.Message.user("too late"))
+    assert resumed.text == "answered"
+    assert (store.info("s").state, store.info("s").pending_steers) == (agent.RunState.FINISHED, 0)
 
 
 def test_cancel_from_another_replica_stops_before_the_next_tool_call() -> None:

@@ -332,7 +332,7 @@ def info_of(session_id: str, doc: Mapping[str, Any], now: datetime.datetime) -> 
         session_id,
         doc.get("length", 0),
         moment(doc.get("updated_at")),
-        derive_state(doc.get("run_state"), expires, now),
+        derive_state(doc.get("run_state"), expires, now, session_id),
         None if holder is None else text_of(holder),
         expires,
         len(doc.get("steers", ())),

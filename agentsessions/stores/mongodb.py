@@ -40,6 +40,7 @@ Tokens come from one counter document that ``delete`` never resets.
 from __future__ import annotations
 
 import datetime
+import functools
 from collections.abc import Collection as Several  # pymongo's Collection is the other one
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -74,6 +75,7 @@ from agentsessions.runs import (
     check_lease,
     check_updated_before,
     derive_state,
+    listed,
     state_filter,
     superseded,
     utcnow,
@@ -296,7 +298,7 @@ class MongoStore:
                     now = utcnow()
                     query = {"$and": [phase, *after(last), *in_states(states, micros(now))]}
                     docs = list(self._sessions.find(query, _INFO_FIELDS).sort(_ORDER).limit(PAGE_SIZE))
-                yield from (info_of(text_of(doc["_id"]), doc, now) for doc in docs)
+                yield from listed(docs, functools.partial(_listed_info, now=now), self._name)
                 if len(docs) < PAGE_SIZE:
                     break
                 last = docs[-1]
@@ -586,6 +588,10 @@ class MongoStore:
             if session_id is not None:
                 self._known.forget(session_id)
             raise StoreError(f"{could_not(self._name, action, session_id)}: {error}") from error
+
+
+def _listed_info(doc: Mapping[str, Any], now: datetime.datetime) -> SessionInfo:
+    return info_of(text_of(doc["_id"]), doc, now)
 
 
 def _new(session_id: str) -> dict[str, Any]:

@@ -350,7 +350,7 @@ class MySQLStore:
                 with self._transaction("list sessions", None, locking=False) as cur:
                     cur.execute(_PAGE.format(where=" AND ".join(where)), [*args, *after])
                     rows = cur.fetchall()
-                yield from map(_info, rows)
+                yield from runs.listed(rows, _info, "MySQL store")
                 if len(rows) < PAGE:
                     break
                 after = [rows[-1][2], rows[-1][2], rows[-1][0]] if saved else [rows[-1][0]]
@@ -575,9 +575,10 @@ def _delete_steers(cur: Any, key: bytes, seqs: list[int]) -> None:
 
 def _info(row: tuple[Any, ...]) -> SessionInfo:
     key, length, updated_at, stored, holder, expires, pending, cancel, now = row
-    state = runs.derive_state(_text(stored), _utc(expires), now.replace(tzinfo=UTC))
+    session_id = decode_text(key)
+    state = runs.derive_state(_text(stored), _utc(expires), now.replace(tzinfo=UTC), session_id)
     run = (_text(holder), _utc(expires), pending, bool(cancel))  # BOOLEAN is TINYINT: the driver gives 0 or 1
-    return SessionInfo(decode_text(key), length, _utc(updated_at), state, *run)
+    return SessionInfo(session_id, length, _utc(updated_at), state, *run)
 
 
 def _text(data: bytes | None) -> str | None:

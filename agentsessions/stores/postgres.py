@@ -74,6 +74,7 @@ from agentsessions.runs import (
     check_lease,
     check_updated_before,
     derive_state,
+    listed,
     state_filter,
     superseded,
 )
@@ -479,7 +480,7 @@ class PostgresStore:
             with self._transaction("list the sessions") as conn:
                 cur = _cursor(conn).execute(query, bound)
             rows = cur.fetchall()
-            yield from map(_info, rows)
+            yield from listed(rows, _info, "PostgreSQL store")
             if len(rows) < PAGE_SIZE:
                 return
             bound = {"updated": rows[-1][2], "id": rows[-1][0]}
@@ -608,8 +609,9 @@ def _one(cur: psycopg.Cursor[tuple[Any, ...]]) -> tuple[Any, ...]:
 
 def _info(row: tuple[Any, ...]) -> SessionInfo:
     key, length, updated, run_state, holder, expires, cancel, pending, now = row
-    state = derive_state(run_state, expires, now)
-    return SessionInfo(decode_text(key), length, _utc(updated), state, _text(holder), _utc(expires), pending, cancel)
+    session_id = decode_text(key)
+    state = derive_state(run_state, expires, now, session_id)
+    return SessionInfo(session_id, length, _utc(updated), state, _text(holder), _utc(expires), pending, cancel)
 
 
 def _utc(value: datetime.datetime | None) -> datetime.datetime | None:

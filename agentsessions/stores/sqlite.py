@@ -17,6 +17,7 @@ so one clock.
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 import sqlite3
 import threading
@@ -41,6 +42,7 @@ from agentsessions.runs import (
     check_lease,
     check_updated_before,
     derive_state,
+    listed,
     state_filter,
     superseded,
     utcnow,
@@ -384,7 +386,7 @@ class SQLiteStore:
             now = _now()
             with self._errors("list the sessions"):
                 rows = self._connection().execute(_PAGE.format(where=where), {**bound, "now": now}).fetchall()
-            yield from (_info(row, now) for row in rows)
+            yield from listed(rows, functools.partial(_info, now=now), f"SQLite store {self.path!r}")
             if len(rows) < PAGE_SIZE:
                 return
             where, bound = then, {"updated": rows[-1][2], "id": rows[-1][0]}
@@ -464,11 +466,12 @@ def _hold(db: sqlite3.Connection, key: bytes) -> tuple[str | None, int | None, b
 
 def _info(row: Sequence[Any], now: int) -> SessionInfo:
     key, length, updated, run_state, holder, expires, cancel, pending = row
+    session_id = decode_text(key)
     return SessionInfo(
-        decode_text(key),
+        session_id,
         length,
         _datetime(updated),
-        _state(run_state, expires, now),
+        _state(run_state, expires, now, session_id),
         _text(holder),
         _datetime(expires),
         pending,
@@ -476,8 +479,8 @@ def _info(row: Sequence[Any], now: int) -> SessionInfo:
     )
 
 
-def _state(run_state: str | None, expires: int | None, now: int) -> RunState:
-    return derive_state(run_state, _datetime(expires), _EPOCH + now * _MICROSECOND)
+def _state(run_state: str | None, expires: int | None, now: int, session_id: str = "") -> RunState:
+    return derive_state(run_state, _datetime(expires), _EPOCH + now * _MICROSECOND, session_id)
 
 
 def _text(data: bytes | None) -> str | None:
