@@ -290,6 +290,12 @@ class ReactLoop:
         if box and room:
             self.note_box(box)
             return [("run", text) for text in box]
+        if box and self.hold is not None:
+            # Accepted by Run.steer, and no step left: into the store, where the release
+            # below finds them, so they are answered by the next run instead of lost.
+            for text in box:
+                self.hold.store.add_steer(self.hold.claim.session_id, text)
+            box = []
         self.unapplied += box
         if self.hold is None:
             if self.spec.session is not None:

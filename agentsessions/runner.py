@@ -216,7 +216,8 @@ class Runner:
 
         A live run of this runner holding the session gets ``text`` as a steer; a run held
         elsewhere (another runner, another replica) gets it through the store; with no live
-        run, a run starts with ``Resume(text)``. Returns the run this runner steered or
+        run, it waits in the store (after the steers already there) and a run starts with
+        ``Resume()``, taking it at its first step. Returns the run this runner steered or
         started, or ``None`` when a run held elsewhere takes the text. The text is answered
         once, whatever races with it: another ``send``, a run finishing, a replica dying.
         """
@@ -231,15 +232,13 @@ class Runner:
                 return mine
             except RunFinishedError:
                 pass  # it is releasing the session: the store decides below
-        try:
-            return self.start(spec, Resume(text), endpoint, events)
-        except SessionBusyError:
-            pass
+        # Through the store even when no run holds the session: the text then comes after
+        # the steers already waiting, and whichever run claims the session next takes it.
         if session.steer(text) is RunState.RUNNING:
             # The holder takes it at its next step or as it releases (the release checks for
             # steers in the same atomic step); one with no step left leaves it to a resumer.
             return mine
-        try:  # the holder released between our claim and our steer: the steer waits for a run
+        try:
             return self.start(spec, Resume(), endpoint, events)
         except SessionBusyError:
             return None  # another run claimed it since: it takes the stored steer at its first step

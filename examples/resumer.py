@@ -4,8 +4,9 @@
     python examples/resumer.py --store postgresql://postgres@127.0.0.1/test [--schema public]
 
 It lists the ``STALLED`` sessions (``store.sessions(state=RunState.STALLED)``: a run held
-each and its lease ran out, so its process died or hangs) and resumes each from its stored
-transcript, at most ``--max-parallel`` at once, printing one line per session:
+each and its lease ran out, so its process died or hangs, or it had no step left for a
+steer it was to take and left the session to stall) and resumes each with ``Resume()``,
+at most ``--max-parallel`` at once, printing one line per session:
 
 - ``resumed ID``: the transcript ended in tool results or a user message (a turn under
   way), or in tool calls the journal saved; the run goes on from there, appending nothing.
@@ -100,7 +101,8 @@ def resume(runner: agent.Runner, store: agent.RunStore, stalled: agent.SessionIn
         return f"skipped {sid}: its last turn was answered, nothing to resume ({len(messages)} messages)", True
     spec, endpoint = make(agent.open(sid, store))
     try:
-        result = runner.run(spec, messages, endpoint)  # appends nothing: the run goes on where it stopped
+        # Resume(): the transcript as stored when the claim is ours, appending nothing.
+        result = runner.run(spec, agent.Resume(), endpoint)
     except agent.SessionBusyError as error:
         return f"skipped {sid}: taken by another run an instant ago ({error})", True
     except agent.RunError as error:

@@ -11,7 +11,16 @@ from pathlib import Path
 
 import pytest
 from backends import Opener, scratch_mongodb, scratch_mysql, scratch_postgres, scratch_sqlite
-from conftest import MONGODB_URI, MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, POSTGRES_DSN, require_server
+from conftest import (
+    MONGODB_URI,
+    MYSQL_HOST,
+    MYSQL_PASSWORD,
+    MYSQL_PORT,
+    MYSQL_USER,
+    POSTGRES_DSN,
+    require_server,
+    wait_for,
+)
 
 import agentsessions as agent
 from agentsessions.codec import encode_text
@@ -218,3 +227,25 @@ def test_a_record_from_a_newer_version_is_a_format_error_and_the_others_are_stil
             listed = [info.id for info in store.sessions()]
         assert sorted(listed) == ["old-1", "old-2"]
         assert "left out of the listing" in caplog.text and "from-the-future" in caplog.text
+
+
+def test_a_steer_the_run_accepted_with_no_step_left_goes_to_the_store_for_the_next_run() -> None:
+    store = MemoryStore()
+    session = agent.open("s", store)
+    entered, release = threading.Event(), threading.Event()
+
+    def last_answer(_: agent.ModelRequest) -> agent.Message:
+        entered.set()
+        assert release.wait(5)
+        return agent.Message.assistant("done")
+
+    spec = agent.Spec(session=session, max_steps=1, lease=0.2)
+    run = agent.Runner().send(spec, "first", ScriptedEndpoint([last_answer]))
+    assert run is not None and entered.wait(5)
+    run.steer("in its last step")  # accepted: the box is open until the run finishes
+    release.set()
+    assert run.wait(5).unapplied_steers == []  # not lost: handed to the store
+    wait_for("the lease to lapse", lambda: store.info("s").state is agent.RunState.STALLED)
+    assert store.info("s").pending_steers == 1
+    result = agent.Runner().run(spec, agent.Resume(), Echo())
+    assert result.text == "you said: in its last step" and store.info("s").pending_steers == 0

@@ -6,11 +6,11 @@
 Routes (JSON in, JSON out):
 
 - ``POST /conversations/<id>/messages`` ``{"text": ...}``: a new user message; starts a run
-  on a worker thread from the stored transcript plus the message. 409, naming the holder,
+  on a worker thread with ``Resume(text)``: the stored transcript plus the message. 409, naming the holder,
   while a run (in any replica) holds the conversation.
-- ``POST /conversations/<id>/steer`` ``{"text": ...}``: ``Run.steer`` when this process holds
-  the run; otherwise ``session.steer``, and a run is started unless that returned
-  ``RUNNING`` (a live run elsewhere takes the steer), so every steer gets an answer.
+- ``POST /conversations/<id>/steer`` ``{"text": ...}``: ``Runner.send``: ``Run.steer`` when this
+  process holds the run; through the store when another replica does; else a new run, so
+  every steer gets one answer.
 - ``POST /conversations/<id>/cancel``: ``session.cancel()``, from any replica.
 - ``GET /conversations/<id>``: the transcript and the session's record (state, holder, lease).
 
@@ -43,7 +43,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -121,14 +121,6 @@ def _heard(messages: tuple[agent.Message, ...]) -> list[str]:
     return heard
 
 
-def with_user_text(messages: list[agent.Message], text: str) -> list[agent.Message]:
-    """``messages`` plus ``text`` from the user: joining a trailing user message (tool results, a stalled turn)."""
-    if messages and messages[-1].role is agent.Role.USER:
-        last = messages[-1]
-        return [*messages[:-1], agent.Message(agent.Role.USER, [*last.content, agent.Content.of_text(text)])]
-    return [*messages, agent.Message.user(text)]
-
-
 class _Entry:
     """A run this process started, as its own events listener sees it."""
 
@@ -158,19 +150,33 @@ class Conversations:
             run = self._runs.get(conversation_id)
         return run if run is not None and not run.done else None
 
-    def start(self, conversation_id: str, messages: list[agent.Message]) -> agent.Run:
-        """Start a run on a worker thread; ``SessionBusyError`` while any replica's run holds the conversation."""
-        session = self.session(conversation_id)
-        spec = agent.Spec(session=session, tools=[look_up], max_steps=8, lease=self.lease)
-        endpoint = self.endpoint_factory(conversation_id)
+    def start(self, conversation_id: str, text: str) -> agent.Run:
+        """Start a run continuing the stored transcript with ``text``; ``SessionBusyError`` while one holds it."""
         entry = _Entry()
-        run = self.runner.start(spec, messages, endpoint, events=self._listener(conversation_id, entry))
+        run = self.runner.start(self._spec(conversation_id), agent.Resume(text), *self._model(conversation_id, entry))
+        self._track(conversation_id, entry, run)
+        return run
+
+    def send(self, conversation_id: str, text: str) -> agent.Run | None:
+        """``Runner.send``: the text reaches the live run wherever it is, or starts one; answered once."""
+        entry = _Entry()
+        run = self.runner.send(self._spec(conversation_id), text, *self._model(conversation_id, entry))
+        if run is not None and run is not self.held(conversation_id):
+            self._track(conversation_id, entry, run)
+        return run
+
+    def _spec(self, conversation_id: str) -> agent.Spec:
+        return agent.Spec(session=self.session(conversation_id), tools=[look_up], max_steps=8, lease=self.lease)
+
+    def _model(self, conversation_id: str, entry: _Entry) -> tuple[agent.Endpoint, Callable[[Event], None]]:
+        return self.endpoint_factory(conversation_id), self._listener(conversation_id, entry)
+
+    def _track(self, conversation_id: str, entry: _Entry, run: agent.Run) -> None:
         with self._lock:
             entry.run = run
             if not entry.ended:  # a run may end before start() returns
                 self._runs[conversation_id] = run
-        log.info("%s started a run of %r from %d messages", self.runner.replica, conversation_id, len(messages))
-        return run
+        log.info("%s started a run of %r", self.runner.replica, conversation_id)
 
     def _listener(self, conversation_id: str, entry: _Entry) -> Callable[[Event], None]:
         def on_event(event: Event) -> None:
@@ -179,27 +185,9 @@ class Conversations:
                     entry.ended = True
                     if entry.run is not None and self._runs.get(conversation_id) is entry.run:
                         del self._runs[conversation_id]
-                self._finished(conversation_id, event)
+                log.info("%s: the run of %r ended: %s", self.runner.replica, conversation_id, event.result.stop_reason)
 
         return on_event
-
-    def _finished(self, conversation_id: str, event: RunFinished) -> None:
-        """Steers the run accepted too late to answer go to the store, and get a run of their own."""
-        result = event.result
-        log.info("%s: the run of %r ended: %s", self.runner.replica, conversation_id, result.stop_reason)
-        if not result.unapplied_steers:
-            return
-        # Run.steer puts a steer in the run's memory; one that arrived when the run had no
-        # step left for it (max_steps) is in no transcript. The store keeps it, and a new run
-        # answers it (not after a failure or a cancel: those wait for the user's next move).
-        session = self.session(conversation_id)
-        states = [session.steer(text) for text in result.unapplied_steers]
-        if event.error is not None or result.stop_reason == agent.StopReason.CANCELLED:
-            return
-        if agent.RunState.RUNNING not in states:
-            # Busy: a run elsewhere takes them. Closed: the next run does.
-            with suppress(agent.SessionBusyError, agent.RunnerClosedError):
-                self.start(conversation_id, session.messages())
 
 
 def _body_text() -> str | None:
@@ -286,32 +274,22 @@ def new_turn(conversations: Conversations, conversation_id: str, text: str) -> R
     if info.state is agent.RunState.RUNNING:
         return _busy(conversation_id, info.holder)
     try:
-        conversations.start(conversation_id, with_user_text(session.messages(), text))
+        conversations.start(conversation_id, text)
     except agent.SessionBusyError:  # another replica claimed it since we looked
         return _busy(conversation_id, session.info().holder)
     return {"conversation": conversation_id, "replica": conversations.runner.replica, "started": True}, 202
 
 
 def steer(conversations: Conversations, conversation_id: str, text: str) -> dict[str, Any]:
-    """The steer pattern: ``Run.steer`` if this process holds the run, else the store, then a run unless one is live."""
+    """``Runner.send``: to this process's run, to a run elsewhere through the store, or to a new run."""
     answer: dict[str, Any] = {"conversation": conversation_id, "replica": conversations.runner.replica}
-    run = conversations.held(conversation_id)
-    if run is not None:
-        try:
-            run.steer(text)
-            return {**answer, "delivered": "run", "state": "running", "started": False}
-        except agent.RunFinishedError:
-            pass  # it finished meanwhile: the store keeps the steer for the next run
-    session = conversations.session(conversation_id)
-    state = session.steer(text)
-    started = False
-    if state is not agent.RunState.RUNNING:
-        try:
-            conversations.start(conversation_id, session.messages())  # the steer joins it from the store
-            started = True
-        except agent.SessionBusyError:
-            pass  # another replica started a run since: it takes the steer before its first request
-    return {**answer, "delivered": "store", "state": str(state), "started": started}
+    held = conversations.held(conversation_id)
+    run = conversations.send(conversation_id, text)
+    if run is None:
+        return {**answer, "delivered": "store", "state": "running", "started": False}
+    if run is held:
+        return {**answer, "delivered": "run", "state": "running", "started": False}
+    return {**answer, "delivered": "new run", "state": "running", "started": True}
 
 
 def snapshot(session: agent.StoreSession) -> tuple[agent.SessionInfo, list[agent.Message]]:
