@@ -1,13 +1,15 @@
-"""The README cannot drift: every Python block runs, and CI runs the test command it gives.
+"""The docs cannot drift: every Python block of the README and of docs/ runs, and CI runs the test command.
 
-Blocks that need a database run against this machine's servers, with the README's
-example connection settings swapped for the test ones, each in a scratch schema or
-database of its own.
+Each block runs in a folder of its own, twice (a reader may run it again). Blocks that
+need a database run against this machine's servers, with the docs' example connection
+settings swapped for the test ones, each in a scratch schema or database of its own;
+blocks that talk to a provider run against a local server speaking its wire format.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import secrets
 from collections.abc import Iterator
@@ -25,12 +27,18 @@ from agentsessions.stores import mysql
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
-BLOCKS: list[str] = re.findall(r"^```python\n(.*?)^```", README, re.MULTILINE | re.DOTALL)
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+BLOCKS: list[tuple[str, str]] = [
+    (f"{page.relative_to(ROOT)} block {number}", block)
+    for page in PAGES
+    for number, block in enumerate(re.findall(r"^```python\n(.*?)^```", page.read_text(), re.MULTILINE | re.DOTALL), 1)
+]
 SERVER_MARKS = {
     "PostgreSQL": "postgres.SCHEMA",
     "MariaDB": "mysql.SCHEMA",
     "MongoDB": "mongodb.INDEXES",
     "Anthropic": 'AnthropicEndpoint("claude-sonnet-4-5", stream=True)',
+    "Anthropic, first run": 'AnthropicEndpoint("claude-sonnet-4-5")  # the key comes from $ANTHROPIC_API_KEY',
 }
 
 
@@ -40,22 +48,33 @@ def _server_of(block: str) -> str | None:
 
 def _run(block: str, name: str, replacements: dict[str, str] | None = None) -> None:
     for old, new in (replacements or {}).items():
-        assert old in block, f"the README's {name} block no longer says {old!r}"
+        assert old in block, f"the {name} block no longer says {old!r}"
         block = block.replace(old, new)
-    exec(compile(block, f"README.md ({name})", "exec"), {"__name__": "readme"})
+    exec(compile(block, name, "exec"), {"__name__": "docs"})
 
 
-def test_the_offline_blocks_run_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    offline = [block for block in BLOCKS if _server_of(block) is None]
-    assert len(offline) >= 6
+OFFLINE = [(name, block) for name, block in BLOCKS if _server_of(block) is None]
+
+
+def test_the_docs_have_their_blocks() -> None:
+    assert len(OFFLINE) >= 15 and any(name.startswith("README.md") for name, _ in OFFLINE)
+
+
+@pytest.mark.parametrize(("name", "block"), OFFLINE, ids=[name for name, _ in OFFLINE])
+def test_each_offline_block_runs_in_a_folder_of_its_own_twice(
+    name: str, block: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
-    for number, block in enumerate(offline, 1):
-        _run(block, f"block {number}")
+    for attempt in ("first", "second"):
+        try:
+            _run(block, name)
+        except Exception as error:
+            raise AssertionError(f"{name} failed when run the {attempt} time: {error!r}") from error
 
 
 def _block_for(server: str) -> str:
-    blocks = [block for block in BLOCKS if _server_of(block) == server]
-    assert len(blocks) == 1, f"expected one README block for {server}"
+    blocks = [block for _, block in BLOCKS if _server_of(block) == server]
+    assert len(blocks) == 1, f"expected one block for {server} in the docs"
     return blocks[0]
 
 
@@ -122,6 +141,23 @@ def test_the_streaming_block_runs_against_a_local_server_with_the_wire_format(
         local = f'AnthropicEndpoint("claude-sonnet-4-5", {options})'
         _run(_block_for("Anthropic"), "streaming", {'AnthropicEndpoint("claude-sonnet-4-5", stream=True)': local})
     assert capsys.readouterr().out.endswith("It is 14:05 in Oslo.")
+
+
+def test_the_first_run_block_runs_against_a_local_server_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    script = [Reply([tool_use("toolu_1", "local_time", {"city": "Oslo"})]), Reply([text("It is 14:05 in Oslo.")])]
+    with FakeAnthropic(script * 2, api_key="sk-ant-readme") as server:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-readme")
+        local = f'AnthropicEndpoint("claude-sonnet-4-5", base_url="{server.origin}")'
+        mark = SERVER_MARKS["Anthropic, first run"]
+        for _ in range(2):
+            _run(_block_for("Anthropic, first run"), "first run", {mark: local})
+        second = server.requests[-1].body["messages"]
+    assert capsys.readouterr().out == "It is 14:05 in Oslo.\n" * 2
+    # The second run continued the stored conversation: both questions went to the model.
+    assert json.dumps(second).count("Time in Oslo?") == 2
 
 
 def test_ci_runs_the_readme_test_command() -> None:
