@@ -7,6 +7,7 @@ defaults are this project's machines.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import time
 from collections.abc import Callable
@@ -31,6 +32,18 @@ HOW_TO_START = {
 }
 
 T = TypeVar("T")
+
+
+def skip_without(*modules: str, extra: str) -> None:
+    """At a test module's top: outside CI, skip the module when a driver it needs is not installed.
+
+    In CI nothing is skipped: the import that follows fails, and so does the run.
+    """
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    if missing and not os.environ.get("CI"):
+        pytest.skip(
+            f"needs {', '.join(missing)}: pip install -e '.[test]' (or agentsessions[{extra}])", allow_module_level=True
+        )
 
 
 def require_server(name: str, connect: Callable[[], T]) -> T:
@@ -75,3 +88,48 @@ def check_replicas_notice_each_other(
     other.save(session_id, messages[:2])  # now `store` holds a stale revision: it must notice
     store.save(session_id, messages[:5])
     assert open_replica().messages(session_id) == messages[:5]
+
+
+# Markers (pyproject.toml lists them): `pytest -m fast` runs what needs no server, no
+# subprocess kills and no browser, in well under a minute.
+SERVER_MODULES = {
+    "test_store_postgres.py",
+    "test_store_mysql.py",
+    "test_store_mongodb.py",
+    "test_store_redis.py",
+    "test_example_postgres.py",
+    "test_example_flask.py",
+}
+SERVER_IDS = ("postgres", "mysql", "mongodb", "redis", "PostgreSQL", "MariaDB", "MongoDB", "Redis")
+CRASH_MODULES = {"test_crashes.py"}
+BROWSER_MODULES = {"test_console_browser.py"}
+# Builds, benchmarks, whole conformance suites and every-byte splits: none of the four.
+SLOW_MODULES = {
+    "test_benchmarks.py",
+    "test_packaging.py",
+    "test_storetest.py",
+    "test_store_memory.py",
+    "test_store_sqlite.py",
+    "test_openai_sdk_fixtures.py",
+    "test_anthropic_sdk_fixtures.py",
+    "test_docs.py",
+}
+
+
+def _kind(item: pytest.Item) -> str:
+    module = item.path.name
+    if module in CRASH_MODULES:
+        return "crash"
+    if module in BROWSER_MODULES:
+        return "browser"
+    name = item.name.lower()
+    if module in SERVER_MODULES or any(key.lower() in name for key in SERVER_IDS):
+        return "server"
+    return "" if module in SLOW_MODULES else "fast"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        kind = _kind(item)
+        if kind:
+            item.add_marker(kind)

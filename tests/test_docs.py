@@ -16,14 +16,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
-import pymongo
-import pymysql
 import pytest
-from conftest import MONGODB_URI, MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, POSTGRES_DSN, require_server
+from conftest import (
+    MONGODB_URI,
+    MYSQL_HOST,
+    MYSQL_PASSWORD,
+    MYSQL_PORT,
+    MYSQL_USER,
+    POSTGRES_DSN,
+    require_server,
+    skip_without,
+)
 from fake_anthropic import FakeAnthropic, Reply, text, tool_use
-
-from agentsessions.stores import mysql
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -79,6 +83,9 @@ def _block_for(server: str) -> str:
 
 
 def test_the_postgres_block_runs() -> None:
+    skip_without("psycopg", extra="postgres")
+    import psycopg
+
     admin = require_server("PostgreSQL", lambda: psycopg.connect(POSTGRES_DSN, autocommit=True, connect_timeout=5))
     schema = f"agentsessions_readme_{secrets.token_hex(4)}"
     admin.execute(f"CREATE SCHEMA {schema}")
@@ -92,6 +99,9 @@ def test_the_postgres_block_runs() -> None:
 
 
 def test_the_mysql_block_runs() -> None:
+    skip_without("pymysql", extra="mysql")
+    import pymysql
+
     settings: dict[str, Any] = {"host": MYSQL_HOST, "port": MYSQL_PORT, "user": MYSQL_USER, "password": MYSQL_PASSWORD}
     admin = require_server("MariaDB", lambda: pymysql.connect(**settings, autocommit=True, connect_timeout=5))
     database = f"agentsessions_readme_{secrets.token_hex(4)}"
@@ -100,6 +110,8 @@ def test_the_mysql_block_runs() -> None:
     try:
         ours = ", ".join(f"{key}={value!r}" for key, value in {**settings, "database": database}.items())
         _run(_block_for("MariaDB"), "MySQL", {'host="127.0.0.1", user="myapp", password="...", database="myapp"': ours})
+        from agentsessions.stores import mysql
+
         tables = {re.search(r"CREATE TABLE IF NOT EXISTS (\w+)", statement) for statement in mysql.SCHEMA}
         with admin.cursor() as cur:
             cur.execute(f"SHOW TABLES FROM {database}")
@@ -122,6 +134,9 @@ def _mongodb_uri() -> Iterator[str]:
 
 
 def test_the_mongodb_block_runs() -> None:
+    skip_without("pymongo", "secantus", extra="mongodb")
+    import pymongo
+
     with contextlib.ExitStack() as stack:
         uri: str = require_server("MongoDB", lambda: stack.enter_context(_mongodb_uri()))
         database = f"agentsessions_readme_{secrets.token_hex(4)}"

@@ -25,13 +25,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from backends import open_postgres
-from conftest import POSTGRES_DSN, require_server, wait_for
+from conftest import POSTGRES_DSN, require_server, skip_without, wait_for
 
 import agentsessions as agent
-from agentsessions.stores import postgres
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "examples" / "flask" / "app.py"
@@ -138,6 +136,11 @@ def _user_texts(answer: dict[str, Any]) -> list[str]:
 @pytest.fixture
 def schema() -> Iterator[str]:
     """A fresh schema with the store's tables, dropped at the end."""
+    skip_without("psycopg", "flask", extra="postgres")
+    import psycopg
+
+    from agentsessions.stores import postgres
+
     admin = require_server("PostgreSQL", lambda: psycopg.connect(POSTGRES_DSN, autocommit=True, connect_timeout=5))
     name = f"agentsessions_flask_{secrets.token_hex(4)}"
     with admin:

@@ -8,6 +8,10 @@ tools and the scripted model are the example's own (examples/sessions/replica.py
 
 from __future__ import annotations
 
+from conftest import skip_without
+
+skip_without("psycopg", "psycopg_pool", extra="postgres")  # before the imports that need them
+
 import importlib
 import multiprocessing
 import secrets

@@ -21,14 +21,12 @@ from types import ModuleType
 from typing import Any
 
 import attrs
-import psycopg
 import pytest
 from backends import Opener, open_postgres, open_sqlite
-from conftest import POSTGRES_DSN, require_server, wait_for
+from conftest import POSTGRES_DSN, require_server, skip_without, wait_for
 
 import agentsessions as agent
 from agentsessions.endpoints import ScriptedEndpoint
-from agentsessions.stores import postgres
 from agentsessions.stores.memory import MemoryStore
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "resumer.py"
@@ -70,6 +68,11 @@ def place(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Open
         path = str(tmp_path / "sessions.db")
         yield functools.partial(open_sqlite, path), ["--store", f"sqlite:///{path}"]
         return
+    skip_without("psycopg", extra="postgres")
+    import psycopg
+
+    from agentsessions.stores import postgres
+
     admin = require_server("PostgreSQL", lambda: psycopg.connect(POSTGRES_DSN, autocommit=True, connect_timeout=5))
     schema = f"agentsessions_resumer_{secrets.token_hex(4)}"
     with admin:

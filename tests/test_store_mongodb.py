@@ -6,6 +6,10 @@ the server at ``AGENTSESSIONS_TEST_MONGODB``. Each test uses a database of its o
 
 from __future__ import annotations
 
+from conftest import skip_without
+
+skip_without("pymongo", extra="mongodb")  # before the imports that need them
+
 import contextlib
 import datetime
 import functools

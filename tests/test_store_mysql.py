@@ -9,6 +9,10 @@ Each run works in a database of its own (``agentsessions_test_<random>``), dropp
 
 from __future__ import annotations
 
+from conftest import skip_without
+
+skip_without("pymysql", "dbutils", extra="mysql")  # before the imports that need them
+
 import contextlib
 import functools
 import itertools

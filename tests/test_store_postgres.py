@@ -9,6 +9,10 @@ Each run works in a schema of its own (``agentsessions_test_<random>``), dropped
 
 from __future__ import annotations
 
+from conftest import skip_without
+
+skip_without("psycopg", "psycopg_pool", extra="postgres")  # before the imports that need them
+
 import contextlib
 import functools
 import itertools
