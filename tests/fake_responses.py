@@ -57,6 +57,7 @@ class Answer:
     input_tokens: int = 13
     output_tokens: int = 5
     cached_tokens: int = 0
+    cache_write_tokens: int = 0
     cut_after: int | None = None
     error_after: int | None = None
     fail_after: int | None = None
@@ -156,7 +157,7 @@ class FakeResponses(FakeOpenAI):
             handler.send_json(200, response)
             return
         handler.start_stream()
-        for sequence, (kind, data) in enumerate(_events(response, answer)):
+        for sequence, (kind, data) in enumerate(events(response, answer)):
             if sequence == answer.cut_after:
                 return self.drop(handler)
             if sequence == answer.error_after:
@@ -208,7 +209,10 @@ class FakeResponses(FakeOpenAI):
                 self.reasoning_of_call[call.id] = (item_id, reasoning_id)
         usage = {
             "input_tokens": answer.input_tokens,
-            "input_tokens_details": {"cached_tokens": answer.cached_tokens},
+            "input_tokens_details": {
+                "cached_tokens": answer.cached_tokens,
+                "cache_write_tokens": answer.cache_write_tokens,
+            },
             "output_tokens": answer.output_tokens,
             "output_tokens_details": {"reasoning_tokens": 2 if answer.reasoning is not None else 0},
             "total_tokens": answer.input_tokens + answer.output_tokens,
@@ -218,7 +222,8 @@ class FakeResponses(FakeOpenAI):
             "status": "incomplete" if answer.incomplete else "completed", "error": None,
             "incomplete_details": {"reason": answer.incomplete} if answer.incomplete else None,
             "instructions": body.get("instructions"), "model": body["model"], "output": output,
-            "store": body.get("store", True), "usage": usage,
+            "store": body.get("store", True), "usage": usage, "parallel_tool_calls": True, "tool_choice": "auto",
+            "tools": [{**tool, "strict": False} for tool in body.get("tools", [])],
         }  # fmt: skip
 
 
@@ -257,7 +262,7 @@ def _start(item: dict[str, Any]) -> dict[str, Any]:
     return item
 
 
-def _events(response: dict[str, Any], answer: Answer) -> Iterator[tuple[str, dict[str, Any]]]:
+def events(response: dict[str, Any], answer: Answer) -> Iterator[tuple[str, dict[str, Any]]]:
     """``(event name, data)`` for a streamed response, in the API's order."""
     head = {**response, "status": "in_progress", "output": [], "usage": None, "incomplete_details": None}
     yield "response.created", {"type": "response.created", "response": head}
@@ -300,9 +305,10 @@ def _message_events(item: dict[str, Any], at: dict[str, Any]) -> Iterator[tuple[
         where = {**at, "content_index": content_index}
         key = "text" if part["type"] == "output_text" else "refusal"
         name = "output_text" if key == "text" else "refusal"
+        logprobs: dict[str, list[Any]] = {"logprobs": []} if key == "text" else {}
         yield "response.content_part.added", {"type": "response.content_part.added", **where,
                                                "part": {**part, key: ""}}  # fmt: skip
         for piece in pieces(part[key]):
-            yield f"response.{name}.delta", {"type": f"response.{name}.delta", **where, "delta": piece}
-        yield f"response.{name}.done", {"type": f"response.{name}.done", **where, key: part[key]}
+            yield f"response.{name}.delta", {"type": f"response.{name}.delta", **where, "delta": piece, **logprobs}
+        yield f"response.{name}.done", {"type": f"response.{name}.done", **where, key: part[key], **logprobs}
         yield "response.content_part.done", {"type": "response.content_part.done", **where, "part": part}

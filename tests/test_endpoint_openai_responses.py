@@ -130,7 +130,7 @@ ANSWERS = {
     "max output tokens": Answer("Cut sh", incomplete="max_output_tokens"),
     "content filter": Answer("", incomplete="content_filter"),
     "refusal": Answer(refusal="I can't help with that."),
-    "cached": Answer("cheap", input_tokens=2000, cached_tokens=1536),
+    "cached": Answer("cheap", input_tokens=2000, cached_tokens=1536, cache_write_tokens=400),
     "completed without output": Answer("kept", [Call("call_k", "f", "{}")], reasoning="r", bare_completed=True),
 }
 STOP_REASONS = [
@@ -164,7 +164,7 @@ def _same_ids(response: agent.ModelResponse) -> agent.ModelResponse:
 
 def test_the_answer_maps_onto_blocks_in_output_order(fake: FakeResponses) -> None:
     fake.add(Answer("Checking.", [Call("call_9", "weather", ODD_ARGUMENTS)], reasoning="hmm", extra=SEARCH,
-                    input_tokens=42, output_tokens=17, cached_tokens=40))  # fmt: skip
+                    input_tokens=42, output_tokens=17, cached_tokens=30, cache_write_tokens=10))  # fmt: skip
     response = ask(endpoint(fake), agent.Message.user("Weather?"))
     reasoning = {"id": "rs_0001", "type": "reasoning", "summary": [{"type": "summary_text", "text": "hmm"}],
                  "encrypted_content": "gAAAAB0001-sealed-thoughts=="}  # fmt: skip
@@ -179,7 +179,7 @@ def test_the_answer_maps_onto_blocks_in_output_order(fake: FakeResponses) -> Non
             ],
         ),
         stop_reason="tool_use",
-        usage=agent.Usage(2, 17, 40),
+        usage=agent.Usage(2, 17, 30, 10),
     )
 
 

@@ -96,7 +96,7 @@ def _stop_reason(body: Mapping[str, Any], status: str, content: list[Content]) -
 
 
 def usage(counts: object) -> Usage:
-    """The API's ``usage``: cached input tokens are cache reads, the rest of the input is ``input_tokens``."""
+    """The API's ``usage``: ``cached_tokens`` are cache reads, ``cache_write_tokens`` writes, the rest input."""
     if counts is None:
         return Usage()
     if not isinstance(counts, Mapping):
@@ -104,8 +104,9 @@ def usage(counts: object) -> Usage:
     details = counts.get("input_tokens_details") or {}
     if not isinstance(details, Mapping):
         raise TypeError(f"usage.input_tokens_details is {type(details).__name__}, not an object")
-    cached = token_count(details, "cached_tokens")
-    return Usage(max(0, token_count(counts, "input_tokens") - cached), token_count(counts, "output_tokens"), cached)
+    read, written = token_count(details, "cached_tokens"), token_count(details, "cache_write_tokens")
+    fresh = max(0, token_count(counts, "input_tokens") - read - written)
+    return Usage(fresh, token_count(counts, "output_tokens"), read, written)
 
 
 def _index(event: Mapping[str, Any], key: str) -> int:

@@ -26,8 +26,9 @@ the wire:
   incomplete one its ``incomplete_details.reason`` (``max_output_tokens`` is
   ``max_tokens``). A failed response, or an ``error`` event, is
   :class:`~agentsessions.errors.EndpointStatusError`.
-- Usage: ``input_tokens`` less ``input_tokens_details.cached_tokens`` is ``input_tokens``;
-  the cached tokens are ``cache_read_tokens``.
+- Usage: ``input_tokens_details.cached_tokens`` are ``cache_read_tokens`` and its
+  ``cache_write_tokens`` (newer answers carry them) ``cache_write_tokens``; the API's
+  ``input_tokens`` less both is ``input_tokens``, as the other endpoints count.
 """
 
 from __future__ import annotations
