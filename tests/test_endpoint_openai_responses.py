@@ -344,3 +344,12 @@ def test_a_stream_that_is_not_the_apis_format_is_a_decoding_error(name: str) -> 
         client = OpenAIResponsesEndpoint("m", api_key="k", base_url=server.origin, stream=True, max_retries=0)
         with pytest.raises(EndpointDecodingError, match="OpenAI sent an answer this library cannot read"):
             client.complete(agent.ModelRequest("", (agent.Message.user("q"),)))
+
+
+def test_a_whole_answer_that_failed_is_a_status_error() -> None:
+    failed = {"id": "r", "status": "failed", "output": [], "error": {"code": "server_error", "message": "It broke."}}
+    with RawServer(200, json.dumps(failed).encode(), {"content-type": "application/json"}, path="/responses") as server:
+        client = OpenAIResponsesEndpoint("m", api_key="k", base_url=server.origin, max_retries=0)
+        with pytest.raises(EndpointStatusError) as caught:
+            client.complete(agent.ModelRequest("", (agent.Message.user("q"),)))
+    assert (caught.value.type, caught.value.message) == ("server_error", "It broke.")
