@@ -45,7 +45,7 @@ class Answer:
     ``incomplete_details.reason``. ``cut_after``, ``error_after`` and ``fail_after`` break a
     stream after that many events: a dropped connection, an ``error`` event, a
     ``response.failed``. ``bare_completed`` sends ``response.completed`` without its output,
-    as some compatible servers do.
+    as some compatible servers do. ``phase`` and ``annotations`` go on the message item.
     """
 
     text: str | None = None
@@ -62,6 +62,8 @@ class Answer:
     error_after: int | None = None
     fail_after: int | None = None
     bare_completed: bool = False
+    phase: str | None = None
+    annotations: Sequence[Mapping[str, Any]] = ()
 
 
 def invalid(message: str, param: str | None = None) -> Rejected:
@@ -191,14 +193,18 @@ class FakeResponses(FakeOpenAI):
             output.append(dict(answer.extra))
         if answer.text is not None or answer.refusal is not None:
             part: dict[str, Any] = (
-                {"type": "output_text", "annotations": [], "logprobs": [], "text": answer.text}
+                {
+                    "type": "output_text",
+                    "annotations": [dict(a) for a in answer.annotations],
+                    "logprobs": [],
+                    "text": answer.text,
+                }
                 if answer.refusal is None
                 else {"type": "refusal", "refusal": answer.refusal}
             )
-            output.append(
-                {"id": f"msg_{number:04d}", "type": "message", "status": "completed", "role": "assistant",
-                 "content": [part]}
-            )  # fmt: skip
+            message = {"id": f"msg_{number:04d}", "type": "message", "status": "completed", "role": "assistant",
+                       "content": [part]}  # fmt: skip
+            output.append(message if answer.phase is None else {**message, "phase": answer.phase})
         for index, call in enumerate(answer.calls):
             item_id = f"fc_{number:04d}_{index}"
             output.append(
@@ -306,9 +312,14 @@ def _message_events(item: dict[str, Any], at: dict[str, Any]) -> Iterator[tuple[
         key = "text" if part["type"] == "output_text" else "refusal"
         name = "output_text" if key == "text" else "refusal"
         logprobs: dict[str, list[Any]] = {"logprobs": []} if key == "text" else {}
-        yield "response.content_part.added", {"type": "response.content_part.added", **where,
-                                               "part": {**part, key: ""}}  # fmt: skip
+        start = {**part, key: ""} | ({"annotations": []} if key == "text" else {})
+        yield "response.content_part.added", {"type": "response.content_part.added", **where, "part": start}
         for piece in pieces(part[key]):
             yield f"response.{name}.delta", {"type": f"response.{name}.delta", **where, "delta": piece, **logprobs}
+        for number, annotation in enumerate(part.get("annotations") or []):
+            yield "response.output_text.annotation.added", {
+                "type": "response.output_text.annotation.added", **where, "annotation_index": number,
+                "annotation": annotation,
+            }  # fmt: skip
         yield f"response.{name}.done", {"type": f"response.{name}.done", **where, key: part[key], **logprobs}
         yield "response.content_part.done", {"type": "response.content_part.done", **where, "part": part}

@@ -28,6 +28,7 @@ C = agent.Content
 ODD_ARGUMENTS = '{"z":1,"a":[1, 2],"z":3}'  # duplicate keys and mixed spacing: must survive byte for byte
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+CITATION = {"type": "url_citation", "start_index": 0, "end_index": 4, "url": "https://x.test/bern", "title": "Bern"}
 SEARCH = {"id": "ws_1", "type": "web_search_call", "status": "completed", "action": {"type": "search", "query": "ü"}}
 
 
@@ -132,9 +133,11 @@ ANSWERS = {
     "refusal": Answer(refusal="I can't help with that."),
     "cached": Answer("cheap", input_tokens=2000, cached_tokens=1536, cache_write_tokens=400),
     "completed without output": Answer("kept", [Call("call_k", "f", "{}")], reasoning="r", bare_completed=True),
+    "phase and citations": Answer("Bern it is.", phase="final_answer", annotations=[CITATION]),
 }
 STOP_REASONS = [
-    "end_turn", "tool_use", "tool_use", "end_turn", "max_tokens", "content_filter", "end_turn", "end_turn", "tool_use"
+    "end_turn", "tool_use", "tool_use", "end_turn", "max_tokens", "content_filter", "end_turn", "end_turn", "tool_use",
+    "end_turn",
 ]  # fmt: skip
 
 
@@ -353,3 +356,17 @@ def test_a_whole_answer_that_failed_is_a_status_error() -> None:
         with pytest.raises(EndpointStatusError) as caught:
             client.complete(agent.ModelRequest("", (agent.Message.user("q"),)))
     assert (caught.value.type, caught.value.message) == ("server_error", "It broke.")
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+def test_a_message_with_a_phase_or_citations_goes_back_as_it_came(fake: FakeResponses, stream: bool) -> None:
+    fake.add(Answer("Working on it.", phase="commentary", annotations=[CITATION]), Answer("ok"))
+    gpt = endpoint(fake, stream=stream)
+    first = ask(gpt, agent.Message.user("go"))
+    assert first.message.text == "Working on it."
+    [block] = first.message.content
+    assert (block.type, block.name, block.text) == (agent.ContentType.RAW, "openai", "Working on it.")
+    ask(gpt, agent.Message.user("go"), first.message, agent.Message.user("and?"))
+    sent = fake.requests[1].body["input"][1]
+    assert (sent["phase"], sent["content"][0]["annotations"]) == ("commentary", [CITATION])
+    assert block.data.encode() in fake.raw_bodies[1]

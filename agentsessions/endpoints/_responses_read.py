@@ -56,7 +56,11 @@ def read_response(body: Mapping[str, Any]) -> ModelResponse:
 
 
 def item_content(item: object) -> list[Content]:
-    """The blocks for one output item: a message's text, a function call, or the item kept raw."""
+    """The blocks for one output item: a message's text, a function call, or the item kept raw.
+
+    A message with a ``phase`` or with citations (annotations) is kept raw too, its text as
+    the block's text: the API asks for both back as they came.
+    """
     if not isinstance(item, Mapping) or not isinstance(item.get("type"), str):
         raise TypeError("an output item is not an object with a type")
     kind = item["type"]
@@ -64,7 +68,13 @@ def item_content(item: object) -> list[Content]:
         parts = item.get("content") or []
         if not isinstance(parts, list):
             raise TypeError(f"a message's content is {type(parts).__name__}, not a list")
-        return [Content.of_text(text) for text in map(_part_text, parts) if text]
+        texts = [_part_text(part) for part in parts]
+        if item.get("phase") is not None or any(
+            isinstance(part, Mapping) and part.get("annotations") for part in parts
+        ):
+            # Its phase (commentary or final answer) and citations must go back as they came: kept whole.
+            return [Content.raw(PROVIDER, dump_verbatim(item), text="".join(texts))]
+        return [Content.of_text(text) for text in texts if text]
     if kind == "function_call":
         return [Content.tool_use(str_field(item, "call_id"), str_field(item, "name"), str_field(item, "arguments", ""))]
     # Reasoning (with its encrypted_content), server tools' calls and whatever the API adds later:

@@ -19,9 +19,12 @@ the wire:
 - ``THINKING`` and ``REDACTED_THINKING`` blocks (another provider's reasoning) and other
   providers' ``RAW`` blocks are left out; a ``RAW`` block's text, if any, goes as text.
 - Coming back, a ``message`` item is one ``TEXT`` block per ``output_text`` (or
-  ``refusal``) part (annotations are not kept), a ``function_call`` a ``TOOL_USE`` (its
-  ``call_id`` is the block's id), and every other item a ``RAW`` block holding the item as
-  compact JSON: the same text for a whole and a streamed answer, sent back as it is stored.
+  ``refusal``) part, a ``function_call`` a ``TOOL_USE`` (its ``call_id`` is the block's
+  id), and every other item a ``RAW`` block holding the item as compact JSON: the same
+  text for a whole and a streamed answer, sent back as it is stored. A message with a
+  ``phase`` (``commentary``, ``final_answer``: newer models want it back) or with
+  citations is such a ``RAW`` block too, its text the block's text (so in
+  ``Message.text``, and sent as text to other providers).
 - Stop reasons: an answer with calls is ``tool_use``, a completed one ``end_turn``, an
   incomplete one its ``incomplete_details.reason`` (``max_output_tokens`` is
   ``max_tokens``). A failed response, or an ``error`` event, is
