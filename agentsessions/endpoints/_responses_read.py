@@ -144,7 +144,9 @@ class Stream:
         """Take one event; return the text it adds (``""`` for none)."""
         kind = event["type"]
         if kind in ("response.output_item.added", "response.output_item.done"):
-            self.items[_index(event, "output_index")] = _object(event["item"], "an output item")
+            # Some servers send an added event without its item (the SDK skips those too).
+            if kind == "response.output_item.done" or event.get("item") is not None:
+                self.items[_index(event, "output_index")] = _object(event["item"], "an output item")
         elif kind == "response.content_part.added":
             self._parts(event).append(_object(event["part"], "a content part"))
         elif kind in ("response.output_text.delta", "response.refusal.delta"):
