@@ -374,14 +374,11 @@ def test_a_message_with_a_phase_or_citations_goes_back_as_it_came(fake: FakeResp
 
 def test_an_added_event_without_its_item_is_skipped_as_the_sdk_skips_it() -> None:
     item = {"id": "m", "type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hi"}]}
-    raw = b"".join(
-        _event(data)
-        for data in [
-            {"type": "response.created", "response": {"id": "r", "status": "in_progress", "output": []}},
-            {"type": "response.output_item.added", "output_index": 0, "item": None},
-            {"type": "response.output_item.done", "output_index": 1, "item": item},
-            {"type": "response.completed", "response": {"id": "r", "status": "completed", "output": None}},
-        ]
-    )
-    response = assembled("OpenAI", Stream(), "response.completed", [raw])
+    stream: list[dict[str, Any]] = [
+        {"type": "response.created", "response": {"id": "r", "status": "in_progress", "output": []}},
+        {"type": "response.output_item.added", "output_index": 0, "item": None},
+        {"type": "response.output_item.done", "output_index": 1, "item": item},
+        {"type": "response.completed", "response": {"id": "r", "status": "completed", "output": None}},
+    ]
+    response = assembled("OpenAI", Stream(), "response.completed", [b"".join(map(_event, stream))])
     assert (response.message.text, response.stop_reason) == ("hi", "end_turn")
