@@ -257,11 +257,19 @@ def test_a_stream_cut_before_its_end_is_a_transport_error(fake: FakeResponses) -
     fake.add(Answer("partial answer", [Call("c", "f", "{}")], cut_after=6))
     with pytest.raises(EndpointTransportError, match="Response ended prematurely"):
         ask(endpoint(fake, stream=True, max_retries=0), agent.Message.user("x"))
-    whole_events_only = [_event({"type": "response.created", "response": {"id": "r", "output": []}})]
-    with pytest.raises(
-        EndpointTransportError, match=r"the stream from http://127\.0\.0\.1 ended before response\.completed"
-    ):
-        assembled("OpenAI", Stream(), "response.completed", whole_events_only)
+    # Whole events, then the body's clean end, but never response.completed:
+    created = _event({"type": "response.created", "response": {"id": "r", "output": []}})
+    delta = {"type": "response.output_item.added", "output_index": 0, "item": {"type": "message", "content": []}}
+    with RawServer(200, created + _event(delta), {"content-type": "text/event-stream"}, path="/responses") as server:
+        client = OpenAIResponsesEndpoint("m", api_key="k", base_url=server.origin, stream=True, max_retries=0)
+        with pytest.raises(EndpointTransportError, match=r"the stream from .* ended before response\.completed"):
+            client.complete(agent.ModelRequest("", (agent.Message.user("q"),)))
+
+
+def test_a_rate_limit_is_retried_and_the_answer_read(fake: FakeResponses) -> None:
+    fake.add(Fail(429, "rate_limit_exceeded", "Slow down.", retry_after="0"), Answer("at last"))
+    assert ask(endpoint(fake, stream=True), agent.Message.user("x")).message.text == "at last"
+    assert fake.attempts == 2
 
 
 def test_error_answers_keep_the_providers_message(fake: FakeResponses) -> None:
