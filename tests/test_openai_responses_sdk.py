@@ -6,7 +6,8 @@ and no recorded Responses streams. So the streams here are built by the fake ser
 SDK's own ``ResponseStreamEvent`` types. Each is served by a local server to the SDK's
 ``ResponseStreamState`` accumulation (what ``client.responses.stream`` runs) and to ours; text,
 function calls, reasoning and other items, usage and the stop reason must agree, however
-the bytes are cut, and ours reads them all over one TCP connection.
+the bytes are cut, and ours reads them all over one TCP connection. An ``error`` event and a
+``response.failed`` reach the SDK as events and ours as ``EndpointStatusError``: same message, same code.
 """
 
 from __future__ import annotations
@@ -175,3 +176,19 @@ def test_every_split_of_every_stream_gives_the_sdks_answer(name: str) -> None:
 def test_any_number_of_cuts_gives_the_same_answer(raw: bytes, cuts: list[int]) -> None:
     points = sorted({cut % len(raw) for cut in cuts} | {0, len(raw)})
     assert _assembled([raw[a:b] for a, b in itertools.pairwise(points)]) == _assembled([raw])
+
+
+@pytest.mark.parametrize(
+    "broken", [Answer("partial", error_after=5), Answer("partial", fail_after=5)], ids=["error", "failed"]
+)
+def test_an_error_event_and_a_failed_response_say_what_the_sdk_sees(broken: Answer) -> None:
+    with FakeResponses([broken, broken], api_key="k") as fake:
+        client = openai.OpenAI(base_url=fake.url, api_key="k", max_retries=0)
+        seen = [event for event in client.responses.create(model="m", input="hi", stream=True)]
+        ours = OpenAIResponsesEndpoint("m", api_key="k", base_url=fake.url, stream=True, max_retries=0)
+        with pytest.raises(agent.EndpointStatusError) as caught:
+            ours.complete(agent.ModelRequest("", QUESTION))
+    last = seen[-1]
+    error = last if last.type == "error" else last.response.error
+    assert (caught.value.message, caught.value.type) == (error.message, error.code)
+    assert [event.type for event in seen][:2] == ["response.created", "response.in_progress"]
