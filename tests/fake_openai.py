@@ -85,8 +85,8 @@ class FakeOpenAI(FakeServer):
         code = "invalid_api_key" if fail.status == 401 and fail.message != NO_KEY else None
         return {"error": {"message": fail.message, "type": fail.type, "param": param, "code": code}}
 
-    def check(self, headers: dict[str, str], body: dict[str, Any]) -> None:
-        """The real API's refusals, for what a client can get wrong."""
+    def check_key(self, headers: dict[str, str]) -> None:
+        """A Bearer key, this server's: else the API's 401."""
         scheme, _, key = headers.get("authorization", "").partition(" ")
         if scheme != "Bearer" or not key:
             raise Rejected(401, "invalid_request_error", NO_KEY)
@@ -97,6 +97,10 @@ class FakeOpenAI(FakeServer):
                 f"Incorrect API key provided: {mask(key)}. You can find your API key at "
                 "https://platform.openai.com/account/api-keys.",
             )
+
+    def check(self, headers: dict[str, str], body: dict[str, Any]) -> None:
+        """The real API's refusals, for what a client can get wrong."""
+        self.check_key(headers)
         for field, kind in (("model", str), ("messages", list)):
             if not isinstance(body.get(field), kind):
                 raise _invalid(f"Missing required parameter: '{field}'.", field)

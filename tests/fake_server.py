@@ -263,6 +263,30 @@ class RawServer(FakeServer):
         handler.wfile.write(self.raw)
 
 
+class Recordings(FakeServer):
+    """Answers each request at ``path`` with the next recorded stream, as a chunked body, keeping the connection."""
+
+    def __init__(self, recordings: list[bytes], *, path: str) -> None:
+        super().__init__(recordings, api_key="k")
+        self.path = path
+
+    def check(self, headers: dict[str, str], body: dict[str, Any]) -> None:
+        """Everything is accepted."""
+
+    def error_body(self, fail: Fail, param: str | None, request_id: str) -> object:
+        """Never sent."""
+        raise NotImplementedError
+
+    def reply(self, handler: Handler, body: dict[str, Any], answer: object) -> None:
+        """The recording's bytes, as chunks of 700 bytes."""
+        assert isinstance(answer, bytes)
+        handler.start_stream()
+        for start in range(0, len(answer), 700):
+            piece = answer[start : start + 700]
+            handler.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+        handler.end_stream()
+
+
 def _not_json(constant: str) -> None:
     raise ValueError(f"{constant} is not JSON")
 

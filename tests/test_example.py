@@ -11,6 +11,7 @@ from pathlib import Path
 
 import fake_anthropic
 import fake_openai
+import fake_responses
 import pytest
 from fake_server import FakeServer
 
@@ -51,6 +52,18 @@ def _openai_call(name: str, arguments: dict[str, str]) -> fake_openai.Call:
     return fake_openai.Call(f"call-{name}", name, json.dumps(arguments))
 
 
+def _responses(script_answers: list[tuple[str, dict[str, str]] | str]) -> tuple[FakeServer, str, dict[str, str]]:
+    # Every answer comes after a reasoning item: the fake refuses a call sent back without it.
+    replies = [
+        fake_responses.Answer(a, reasoning="think")
+        if isinstance(a, str)
+        else fake_responses.Answer(calls=[_openai_call(*a)], reasoning=f"call {a[0]}")
+        for a in script_answers
+    ]
+    server = fake_responses.FakeResponses(replies, api_key=KEY)
+    return server, "openai-responses:gpt-test", {"OPENAI_API_KEY": KEY}
+
+
 def _anthropic(script_answers: list[tuple[str, dict[str, str]] | str]) -> tuple[FakeServer, str, dict[str, str]]:
     replies = [
         fake_anthropic.Reply([fake_anthropic.text(a)])
@@ -62,7 +75,7 @@ def _anthropic(script_answers: list[tuple[str, dict[str, str]] | str]) -> tuple[
     return server, "anthropic:claude-test", {"ANTHROPIC_API_KEY": KEY}
 
 
-@pytest.mark.parametrize("provider", [_openai, _anthropic], ids=["openai", "anthropic"])
+@pytest.mark.parametrize("provider", [_openai, _responses, _anthropic], ids=["openai", "openai-responses", "anthropic"])
 def test_the_example_runs_against_a_provider_over_http(
     tmp_path: Path, provider: Callable[[list[tuple[str, dict[str, str]] | str]], tuple[FakeServer, str, dict[str, str]]]
 ) -> None:
@@ -92,6 +105,8 @@ def test_the_example_runs_against_a_provider_over_http(
     ]
     assert lines[4] == '            "Line 23 raises the token error."'
     assert len(server.requests) == 4
-    first = server.requests[0].body["messages"]
+    first = server.requests[0].body.get("messages") or server.requests[0].body["input"]
     assert STEER in json.dumps(first[-1])  # A's first request carried B's steer, and only it
+    if isinstance(server, fake_responses.FakeResponses):  # C sent back the reasoning A's process stored
+        assert [item["type"] for item in server.requests[3].body["input"]].count("reasoning") == 3
     assert KEY not in done.stdout + done.stderr

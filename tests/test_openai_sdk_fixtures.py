@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_server import FakeServer, Handler, RawServer
+from fake_server import RawServer, Recordings
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sse_pieces import assembled
@@ -58,34 +58,9 @@ def _check(ours: agent.ModelResponse, theirs: Any) -> None:
     assert ours.usage == agent.Usage(usage.prompt_tokens, usage.completion_tokens)
 
 
-class _Recordings(FakeServer):
-    """Answers each request with the next recording, streamed in chunks, keeping the connection."""
-
-    path = "/chat/completions"
-
-    def __init__(self, recordings: list[bytes]) -> None:
-        super().__init__(recordings, api_key="k")
-
-    def check(self, headers: dict[str, str], body: dict[str, Any]) -> None:
-        """Everything is accepted."""
-
-    def error_body(self, fail: Any, param: str | None, request_id: str) -> object:
-        """Never sent."""
-        raise NotImplementedError
-
-    def reply(self, handler: Handler, body: dict[str, Any], answer: object) -> None:
-        """The recording's bytes, as chunks of a chunked body."""
-        assert isinstance(answer, bytes)
-        handler.start_stream()
-        for start in range(0, len(answer), 700):
-            piece = answer[start : start + 700]
-            handler.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
-        handler.end_stream()
-
-
 def test_ours_agrees_with_the_sdk_on_every_recording_over_one_connection() -> None:
     recordings = [path.read_bytes() for path in FIXTURES]
-    with _Recordings(recordings) as server:
+    with Recordings(recordings, path="/chat/completions") as server:
         endpoint = OpenAIEndpoint("m", api_key="k", base_url=server.origin, stream=True)
         ours = [endpoint.complete(agent.ModelRequest("", QUESTION)) for _ in recordings]
         assert server.connections == 1

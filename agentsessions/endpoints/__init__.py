@@ -2,8 +2,9 @@
 
     from agentsessions.endpoints import AnthropicEndpoint, OpenAIEndpoint, by_name
 
-``AnthropicEndpoint`` and ``OpenAIEndpoint`` are imported on first use, so importing
-this package for ``ScriptedEndpoint`` does not import ``requests``. Failures raise the
+``AnthropicEndpoint``, ``OpenAIEndpoint`` and ``OpenAIResponsesEndpoint`` (OpenAI's
+Responses API) are imported on first use, so importing this package for
+``ScriptedEndpoint`` does not import ``requests``. Failures raise the
 ``EndpointError`` tree (see :mod:`agentsessions.errors`): ``EndpointTransportError``
 (also a ``ConnectionError``) and its ``EndpointTimeoutError`` (also a ``TimeoutError``)
 when no answer came, ``EndpointStatusError`` when the provider answered with an error,
@@ -28,6 +29,7 @@ from agentsessions.errors import (
 if TYPE_CHECKING:
     from agentsessions.endpoints.anthropic import AnthropicEndpoint
     from agentsessions.endpoints.openai import OpenAIEndpoint
+    from agentsessions.endpoints.openai_responses import OpenAIResponsesEndpoint
 
 __all__ = [
     "AnthropicEndpoint",
@@ -37,6 +39,7 @@ __all__ = [
     "EndpointTimeoutError",
     "EndpointTransportError",
     "OpenAIEndpoint",
+    "OpenAIResponsesEndpoint",
     "ScriptedEndpoint",
     "by_name",
 ]
@@ -44,8 +47,13 @@ __all__ = [
 _LAZY = {
     "AnthropicEndpoint": "agentsessions.endpoints.anthropic",
     "OpenAIEndpoint": "agentsessions.endpoints.openai",
+    "OpenAIResponsesEndpoint": "agentsessions.endpoints.openai_responses",
 }
-_PROVIDERS = {"anthropic": "AnthropicEndpoint", "openai": "OpenAIEndpoint"}
+_PROVIDERS = {
+    "anthropic": "AnthropicEndpoint",
+    "openai": "OpenAIEndpoint",
+    "openai-responses": "OpenAIResponsesEndpoint",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -62,9 +70,10 @@ def __dir__() -> list[str]:
 def by_name(name: str, **options: Any) -> Endpoint:
     """The endpoint a ``"provider:model"`` string names, such as ``"anthropic:claude-sonnet-4-5"``.
 
-    Providers are ``anthropic`` and ``openai`` (which also serves compatible servers
-    through ``base_url=...``). ``options`` go to the endpoint's constructor. Anything
-    else is a ``ValueError`` that lists what is accepted.
+    Providers are ``anthropic``, ``openai`` (Chat Completions, which also serves compatible
+    servers through ``base_url=...``) and ``openai-responses`` (OpenAI's Responses API).
+    ``options`` go to the endpoint's constructor. Anything else is a ``ValueError`` that
+    lists what is accepted.
     """
     if not isinstance(name, str):
         raise TypeError(f"an endpoint name is a str such as 'anthropic:MODEL', got {type(name).__name__}")

@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from agentsessions.endpoint import ModelResponse, Usage
-from agentsessions.endpoints._http import Verbatim, dump_verbatim, load_json, token_count
+from agentsessions.endpoints._http import Verbatim, dump_verbatim, load_json, str_field, token_count
 from agentsessions.messages import Content, Message, Role
 
 PROVIDER = "anthropic"
@@ -49,17 +49,19 @@ def block_content(block: Mapping[str, Any], streamed_input: str | None) -> Conte
     """
     kind = block["type"]
     if kind == "text" and not block.get("citations"):
-        return Content.of_text(_str(block, "text"))
+        return Content.of_text(str_field(block, "text"))
     if kind == "tool_use":
-        return Content.tool_use(_str(block, "id"), _str(block, "name"), streamed_input or dump_input(block["input"]))
+        return Content.tool_use(
+            str_field(block, "id"), str_field(block, "name"), streamed_input or dump_input(block["input"])
+        )
     if kind == "thinking":
-        return Content.thinking(_str(block, "thinking"), _str(block, "signature", ""))
+        return Content.thinking(str_field(block, "thinking"), str_field(block, "signature", ""))
     if kind == "redacted_thinking":
-        return Content.redacted_thinking(_str(block, "data"))
+        return Content.redacted_thinking(str_field(block, "data"))
     # Anything else, kept as the API wrote it: its text, for a cited text block, is what a reader sees.
     if streamed_input is not None and "input" in block:
         block = {**block, "input": _input_or_empty(streamed_input)}
-    text = _str(block, "text") if kind == "text" else ""
+    text = str_field(block, "text") if kind == "text" else ""
     return Content.raw(PROVIDER, dump_verbatim(block), text=text)
 
 
@@ -70,15 +72,6 @@ def _input_or_empty(text: str) -> Verbatim | dict[str, Any]:
     except ValueError:
         value = None
     return Verbatim(text) if isinstance(value, dict) else {}
-
-
-def _str(block: Mapping[str, Any], key: str, default: str | None = None) -> str:
-    value = block.get(key, default) if default is not None else block[key]
-    if value is None and default is not None:
-        return default
-    if not isinstance(value, str):
-        raise TypeError(f"a {block.get('type')} block's {key} is {type(value).__name__}, not a string")
-    return value
 
 
 def _stop_reason(value: object) -> str:
@@ -164,17 +157,17 @@ def _index(event: Mapping[str, Any]) -> int:
 def _delta(block: _Block, delta: Mapping[str, Any]) -> str:
     fields, kind = block.fields, delta["type"]
     if kind == "text_delta":
-        piece = _str(delta, "text")
-        fields["text"] = _str(fields, "text", "") + piece
+        piece = str_field(delta, "text")
+        fields["text"] = str_field(fields, "text", "") + piece
         return piece
     if kind == "input_json_delta":
         if block.input is None:
             block.input = []
-        block.input.append(_str(delta, "partial_json"))
+        block.input.append(str_field(delta, "partial_json"))
     elif kind == "thinking_delta":
-        fields["thinking"] = _str(fields, "thinking", "") + _str(delta, "thinking")
+        fields["thinking"] = str_field(fields, "thinking", "") + str_field(delta, "thinking")
     elif kind == "signature_delta":
-        fields["signature"] = _str(delta, "signature")
+        fields["signature"] = str_field(delta, "signature")
     elif kind == "citations_delta":
         fields["citations"] = [*(fields.get("citations") or []), delta["citation"]]
     else:

@@ -212,6 +212,16 @@ def token_count(counts: Mapping[str, Any], key: str) -> int:
     return value
 
 
+def str_field(block: Mapping[str, Any], key: str, default: str | None = None) -> str:
+    """``block[key]``, a string (``default`` when missing or null, if one is given); else ``TypeError``."""
+    value = block.get(key, default) if default is not None else block[key]
+    if value is None and default is not None:
+        return default
+    if not isinstance(value, str):
+        raise TypeError(f"a {block.get('type')} object's {key} is {type(value).__name__}, not a string")
+    return value
+
+
 # Reading answers
 
 
@@ -346,8 +356,9 @@ class HTTPClient:
             raise self.malformed(status, f"a {event.event} event whose data is not JSON ({error})") from error
         if not isinstance(data, dict):
             raise self.malformed(status, f"a {event.event} event whose data is not a JSON object")
-        # Anthropic's error event is {"type": "error", "error": {...}}; OpenAI's chunk is {"error": {...}}.
-        if data.get("type") == "error" or data.get("error"):
+        # Anthropic's error event is {"type": "error", "error": {...}}; OpenAI's chunk is {"error": {...}};
+        # the Responses API's are {"type": "error", "message": ...} and response.failed.
+        if data.get("type") in ("error", "response.failed") or data.get("error"):
             raise stream_error(data, response)
         try:
             return assembly.feed(data)
@@ -572,6 +583,13 @@ def error_from_response(response: requests.Response) -> EndpointStatusError:
 def stream_error(body: Mapping[str, Any], response: requests.Response) -> EndpointStatusError:
     """An ``error`` object that arrived inside a stream, after a 2xx status line."""
     error = body.get("error")
+    if error is None and body.get("type") == "response.failed":
+        failed = body.get("response")
+        error = failed.get("error") if isinstance(failed, dict) else None
+        error = error if isinstance(error, dict) else {"message": "the response failed"}
+        error = {"message": error.get("message", ""), "type": error.get("code")}
+    elif error is None and isinstance(body.get("message"), str):  # the Responses API's error event: fields at the top
+        error = {"message": body["message"], "type": body.get("code")}
     status, request_id = response.status_code, _request_id(response, body)
     if isinstance(error, dict):
         kind = str(error.get("type") or "")

@@ -1,6 +1,8 @@
 """Three replicas over one SQLite file and nothing else: no channel, no lock, no Run shared.
 
-    python examples/sessions [--model anthropic:MODEL | openai:MODEL] [--base-url URL] [--db PATH]
+    python examples/sessions [--model PROVIDER:MODEL] [--base-url URL] [--db PATH]
+
+PROVIDER is anthropic, openai or openai-responses.
 
 Each replica is its own OS process (replica.py). Every figure printed is read back from
 the store; the example exits non-zero if any is not what the Sessions guide promises.
@@ -38,7 +40,7 @@ def _replica(role: str, db: str, model: list[str]) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="", help="anthropic:MODEL or openai:MODEL; offline without")
+    parser.add_argument("--model", default="", help="anthropic:, openai: or openai-responses:MODEL; offline without")
     parser.add_argument("--base-url", default="", help="the provider's address, for a gateway or a compatible server")
     parser.add_argument("--db", default="", help="the SQLite file (a fresh temporary one by default)")
     args = parser.parse_args()

@@ -1,6 +1,6 @@
 """One replica of the example: run as its own OS process, it knows only the database file.
 
-    python replica.py B|A|C DB_PATH SESSION_ID [--model anthropic:MODEL | openai:MODEL] [--base-url URL]
+    python replica.py B|A|C DB_PATH SESSION_ID [--model PROVIDER:MODEL] [--base-url URL]
 
 B leaves a steer and holds no run. A runs from an empty transcript. C resumes from the
 stored transcript plus a new user message. Without ``--model`` the model is a
