@@ -58,9 +58,16 @@ class Run:
     """A run in progress. ``steer`` and ``cancel`` are safe from any thread and do no I/O."""
 
     def __init__(
-        self, spec: Spec, messages: list[Message], endpoint: Endpoint, emit: EventSink | None, hold: Hold | None
+        self,
+        spec: Spec,
+        messages: list[Message],
+        endpoint: Endpoint,
+        emit: EventSink | None,
+        hold: Hold | None,
+        replica: str = "",
     ) -> None:
         emit = Listener(emit) if emit is not None else None
+        self._replica = replica
         self._emit = emit
         self._box = SteerBox()
         self._cancelled = False
@@ -103,6 +110,9 @@ class Run:
     def _execute(self) -> None:
         error: Exception | None = None
         try:
+            if self._emit:
+                session_id = getattr(self._loop.spec.session, "id", None)
+                self._emit(ev.RunStarted(session_id, self._replica, self._loop.endpoint))
             try:
                 self._loop.run()
             except Exception as caught:
@@ -212,7 +222,7 @@ class Runner:
         transcript = check_transcript(messages)
         if self._closed:
             raise RunnerClosedError(f"{self!r} was shut down; it starts no more runs")
-        run = Run(spec, transcript, endpoint, events, self._hold(spec))  # the claim: no lock held
+        run = Run(spec, transcript, endpoint, events, self._hold(spec), self.replica)  # the claim: no lock held
         with self._lock:
             self._runs.add(run)
             if self._closed:  # shut down while claiming: it stops before its first request
