@@ -11,6 +11,7 @@ lease, no fencing, and a steer taken by a run that dies before its next save is 
 from __future__ import annotations
 
 import atexit
+import contextvars
 import logging
 import os
 import socket
@@ -207,9 +208,15 @@ class Runner:
     def start(
         self, spec: Spec, messages: Sequence[Message], endpoint: Endpoint, events: EventSink | None = None
     ) -> Run:
-        """Start the run on a worker thread and return its handle at once."""
+        """Start the run on a worker thread and return its handle at once.
+
+        The thread runs in a copy of the caller's context variables (``contextvars``), so
+        what the caller's context carries, such as its current tracing span, applies to the run.
+        """
         run = self._prepare(spec, messages, endpoint, events)
-        threading.Thread(target=run._execute, name="agentsessions-run", daemon=True).start()
+        # The caller's context variables go with the run (a tracing span, a request id), as they do for run().
+        caller = contextvars.copy_context()
+        threading.Thread(target=caller.run, args=(run._execute,), name="agentsessions-run", daemon=True).start()
         return run
 
     def _prepare(self, spec: Spec, messages: Sequence[Message], endpoint: Endpoint, events: EventSink | None) -> Run:

@@ -145,9 +145,10 @@ class OpenTelemetry:
         if kind is ev.RunStarted:
             stack.append(_RunTrace(self.then))
         run = stack[-1] if stack else None
-        if run is not None:
+        handler = self._handlers.get(kind)
+        if run is not None and handler is not None:
             try:
-                self._handlers[kind](run, event)
+                handler(run, event)
             except Exception:
                 if not run.logged:  # once a run: a broken exporter must not flood the log
                     run.logged = True

@@ -426,6 +426,23 @@ def test_concurrent_runs_on_one_instance_keep_their_spans_apart(otel: Otel) -> N
     assert sorted(str(attributes(s)["gen_ai.conversation.id"]) for s in by_name(spans, "chat")) == ["s0", "s1"]
 
 
+def test_a_run_is_a_child_of_the_callers_span_with_run_and_with_start(otel: Otel) -> None:
+    telemetry = otel.telemetry()
+    tracer = otel.tracer_provider.get_tracer("the application")
+    with tracer.start_as_current_span("handle request"):
+        agent.Runner().run(agent.Spec(), [USER], ScriptedEndpoint([agent.Message.assistant("a")]), telemetry)
+        started = agent.Runner().start(
+            agent.Spec(), [USER], ScriptedEndpoint([agent.Message.assistant("b")]), telemetry
+        )
+        started.wait(10)
+    spans = otel.spans()
+    assert [name for name, parent, _ in tree(spans) if name == "invoke_agent" and parent == "handle request"] == [
+        "invoke_agent",
+        "invoke_agent",
+    ]
+    assert len({span.context.trace_id for span in spans if span.context}) == 1
+
+
 class Receiver(BaseHTTPRequestHandler):
     """An OTLP/HTTP trace receiver: keeps each request body, answers 200 with an empty response."""
 
