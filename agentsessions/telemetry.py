@@ -25,6 +25,7 @@ import json
 import logging
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -60,6 +61,20 @@ def provider_name(endpoint: Endpoint) -> str:
     return type(endpoint).__name__.lower().removesuffix("endpoint") or "unknown"
 
 
+def server_of(endpoint: Endpoint) -> dict[str, str | int]:
+    """``server.address`` and ``server.port`` from the endpoint's ``base_url``: host and port only,
+    never a user, password, path or query that the URL might carry."""
+    base_url = getattr(endpoint, "base_url", None)
+    if not isinstance(base_url, str):
+        return {}
+    try:
+        parts = urllib.parse.urlsplit(base_url)
+        host, port = parts.hostname, parts.port or {"https": 443, "http": 80}.get(parts.scheme)
+    except ValueError:  # a port that is not a number: no address rather than a wrong one
+        return {}
+    return {"server.address": host, "server.port": port} if host and port else {}
+
+
 def model_name(endpoint: Endpoint) -> str | None:
     """The endpoint's ``model`` attribute when it is a str; nothing else of it is read."""
     model = getattr(endpoint, "model", None)
@@ -69,13 +84,14 @@ def model_name(endpoint: Endpoint) -> str | None:
 class _RunTrace:
     """One run's spans and its own fenced ``then`` callback; lives from RunStarted to RunFinished."""
 
-    __slots__ = ("agent", "base", "chat", "chat_started", "context", "logged", "started", "then", "tools")
+    __slots__ = ("agent", "base", "chat", "chat_started", "context", "logged", "server", "started", "then", "tools")
 
     def __init__(self, then: EventSink | None) -> None:
         self.then = Listener(then) if then is not None else None
         self.agent: Span | None = None
         self.context: otel_context.Context | None = None
         self.base: dict[str, str] = {}
+        self.server: dict[str, str | int] = {}  # on model requests only: tools and runs are here
         self.chat: Span | None = None
         self.chat_started = 0.0
         self.tools: dict[str, tuple[Span, float]] = {}
@@ -178,6 +194,7 @@ class OpenTelemetry:
         if event.session_id is not None:
             base["gen_ai.conversation.id"] = event.session_id
         run.base = base
+        run.server = server_of(event.endpoint)
         outer = self._outer(run)
         attributes = {"gen_ai.operation.name": "invoke_agent", **base, "agentsessions.replica": event.replica}
         run.agent = self._tracer.start_span("invoke_agent", outer, SpanKind.INTERNAL, attributes)
@@ -224,7 +241,7 @@ class OpenTelemetry:
         self, span: Span, started: float, run: _RunTrace, operation: str, error: BaseException | str | None
     ) -> None:
         """End ``span``, failed with ``error`` (an exception, or its ``error.type``) if set; record the duration."""
-        attributes = {"gen_ai.operation.name": operation, **run.base}
+        attributes = {"gen_ai.operation.name": operation, **run.base, **(run.server if operation == "chat" else {})}
         if error is not None:
             error_type = error if isinstance(error, str) else type(error).__qualname__
             self._fail(span, error_type, None if isinstance(error, str) else error)
@@ -247,6 +264,7 @@ class OpenTelemetry:
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
             **run.base,
+            **run.server,
             "gen_ai.request.max_tokens": event.request.max_tokens,
             "agentsessions.step": event.step,
         }
@@ -278,7 +296,7 @@ class OpenTelemetry:
         if self.capture_message_content:
             output = _message_json(response.message) | {"finish_reason": response.stop_reason}
             span.set_attribute("gen_ai.output.messages", json.dumps([output]))
-        metric = {"gen_ai.operation.name": "chat", **run.base}
+        metric = {"gen_ai.operation.name": "chat", **run.base, **run.server}
         self._tokens.record(input_tokens, {**metric, "gen_ai.token.type": "input"})
         self._tokens.record(usage.output_tokens, {**metric, "gen_ai.token.type": "output"})
         self._end(span, run.chat_started, run, "chat", None)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_anthropic import FakeAnthropic, Reply, text, tool_use
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -24,7 +25,7 @@ from scripts import call, double, echo_last_result
 
 import agentsessions as agent
 from agentsessions import events as ev
-from agentsessions.endpoints import ScriptedEndpoint
+from agentsessions.endpoints import AnthropicEndpoint, ScriptedEndpoint
 from agentsessions.stores import sqlite
 from agentsessions.stores.memory import MemoryStore
 from agentsessions.telemetry import DURATION_BUCKETS, TOKEN_BUCKETS, OpenTelemetry
@@ -172,6 +173,43 @@ def test_the_histograms_follow_the_convention(otel: Otel) -> None:
 DURATION = "gen_ai.client.operation.duration"
 
 
+KEY = "sk-ant-test-telemetry-never-export-me"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_anthropic_run_names_its_model_provider_and_server_and_never_its_key(otel: Otel, stream: bool) -> None:
+    script = [
+        Reply([tool_use("toolu_1", "double", {"n": 4})], cache_read=30, cache_write=20),
+        Reply([text("8")]),
+    ]
+    seen: list[object] = []
+    with FakeAnthropic(script, api_key=KEY) as fake:
+        endpoint = AnthropicEndpoint("claude-test", api_key=KEY, base_url=fake.origin, stream=stream)
+        telemetry = otel.telemetry(then=seen.append, capture_message_content=True)
+        assert agent.Runner().run(agent.Spec(tools=[double]), [USER], endpoint, telemetry).text == "8"
+        port = int(fake.origin.rsplit(":", 1)[1])
+    spans = otel.spans()
+    assert [span.name for span in spans] == [
+        "chat claude-test",
+        "execute_tool double",
+        "chat claude-test",
+        "invoke_agent",
+    ]
+    first = attributes(spans[0])
+    assert {key: first[key] for key in ("gen_ai.provider.name", "gen_ai.request.model", "server.address")} == {
+        "gen_ai.provider.name": "anthropic",
+        "gen_ai.request.model": "claude-test",
+        "server.address": "127.0.0.1",
+    }
+    assert first["server.port"] == port
+    assert (first["gen_ai.usage.input_tokens"], first["gen_ai.usage.cache_read.input_tokens"]) == (11 + 30 + 20, 30)
+    assert (
+        "server.address" not in attributes(spans[1]) and attributes(spans[3])["gen_ai.request.model"] == "claude-test"
+    )
+    assert KEY not in _strings(spans) and "never-export" not in repr([span.to_json() for span in spans])
+    assert any(isinstance(event, ev.TextDelta) for event in seen) is stream  # forwarded to then= untouched
+
+
 class Killed(BaseException):
     """The process dies in the middle of a tool call: nothing after it runs, nothing is released."""
 
@@ -302,8 +340,8 @@ def test_steers_saves_and_cancels_are_events_and_content_stays_out_by_default(ot
     (steer,) = [event for event in run.events if event.name == "agentsessions.steer.applied"]
     assert attributes(steer) == {"agentsessions.step": 2, "agentsessions.steer.source": "session"}
     assert not CONTENT_KEYS & {key for span in spans for key in attributes(span)}
-    for text in ("secret", "French", "terse"):
-        assert text not in _strings(spans)
+    for secret in ("secret", "French", "terse"):
+        assert secret not in _strings(spans)
 
 
 def test_content_is_recorded_when_asked_for_in_the_conventions_shape(otel: Otel) -> None:
