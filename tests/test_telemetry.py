@@ -26,6 +26,7 @@ from scripts import call, double, echo_last_result
 import agentsessions as agent
 from agentsessions import events as ev
 from agentsessions.endpoints import AnthropicEndpoint, ScriptedEndpoint
+from agentsessions.loop import IN_DOUBT
 from agentsessions.stores import sqlite
 from agentsessions.stores.memory import MemoryStore
 from agentsessions.telemetry import DURATION_BUCKETS, TOKEN_BUCKETS, OpenTelemetry
@@ -258,6 +259,48 @@ def test_one_session_keeps_its_conversation_id_across_replicas(otel: Otel, tmp_p
     ]
     saves = [event for event in resumed.events if event.name == "agentsessions.transcript.saved"]
     assert saves and all(attributes(event)["agentsessions.messages"] >= 5 for event in saves)
+
+
+def test_a_resumed_run_reports_each_call_in_doubt_and_reruns_only_the_idempotent_one(otel: Otel) -> None:
+    @agent.tool(idempotent=True)
+    def fetch() -> str:
+        """Fetch a page (idempotent)."""
+        return "page"
+
+    @agent.tool
+    def send() -> str:
+        """Send the report (not idempotent)."""
+        return "sent"
+
+    calls = agent.Message(
+        agent.Role.ASSISTANT, [agent.Content.tool_use("c1", "fetch", "{}"), agent.Content.tool_use("c2", "send", "{}")]
+    )
+    doubt = agent.Message(
+        agent.Role.USER, [agent.Content.tool_result(call_id, IN_DOUBT, is_error=True) for call_id in ("c1", "c2")]
+    )
+    seen: list[object] = []
+    spec = agent.Spec(tools=[fetch, send], session=agent.open("s", MemoryStore()), journal=True)
+    endpoint = ScriptedEndpoint([agent.Message.assistant("ok")])
+    agent.Runner().run(spec, [USER, calls, doubt], endpoint, otel.telemetry(then=seen.append))
+    assert [(e.call.id, e.rerun) for e in seen if isinstance(e, ev.ToolInDoubt)] == [("c1", True), ("c2", False)]
+    spans = otel.spans()
+    assert [span.name for span in spans] == ["execute_tool fetch", "chat", "invoke_agent"]
+    assert attributes(spans[0])["agentsessions.step"] == 0  # before the first step
+    in_doubt = [attributes(e) for e in spans[-1].events if e.name == "agentsessions.tool.in_doubt"]
+    assert [(a["gen_ai.tool.call.id"], a["agentsessions.tool.rerun"]) for a in in_doubt] == [
+        ("c1", True),
+        ("c2", False),
+    ]
+
+
+def test_without_providers_the_global_ones_serve_and_bad_options_are_refused() -> None:
+    seen: list[object] = []
+    result = agent.Runner().run(agent.Spec(tools=[double]), [USER], two_steps(), OpenTelemetry(then=seen.append))
+    assert result.text == "result: 2" and len(seen) == 10  # OpenTelemetry's global providers: no-ops here
+    with pytest.raises(TypeError, match="then must be an events callback"):
+        OpenTelemetry(then="print")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="capture_message_content must be a bool"):
+        OpenTelemetry(capture_message_content="yes")  # type: ignore[arg-type]
 
 
 def _resume_when_stalled(spec: agent.Spec, store: agent.RunStore, telemetry: OpenTelemetry) -> None:
