@@ -3,6 +3,9 @@
 Pass ``events=callback`` to ``Runner.run``/``Runner.start`` and the callback receives each
 event on the run's thread, in order. A callback that raises does not fail the run: the error
 is logged once, with its traceback, and that callback gets no further events from the run.
+
+Every run's events begin with :class:`RunStarted` and end with :class:`RunFinished`, all on
+the run's own thread; :class:`agentsessions.telemetry.OpenTelemetry` relies on both.
 """
 
 from __future__ import annotations
@@ -11,11 +14,21 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from agentsessions.endpoint import ModelRequest, ModelResponse
+from agentsessions.endpoint import Endpoint, ModelRequest, ModelResponse
 from agentsessions.messages import Content
 
 if TYPE_CHECKING:
     from agentsessions.spec import Result
+
+
+@attrs.frozen
+class RunStarted:
+    """A run began, before its first step: its session's id (``None`` without a session),
+    the runner's ``replica`` name, and the endpoint it asks (never shown in the repr)."""
+
+    session_id: str | None
+    replica: str
+    endpoint: Endpoint = attrs.field(eq=False, repr=False)
 
 
 @attrs.frozen
@@ -87,6 +100,19 @@ class ToolReturned:
 
 
 @attrs.frozen
+class ToolInDoubt:
+    """A resumed run found a tool call the journal marked started whose result was never recorded.
+
+    ``rerun`` is whether the call runs again (its tool is idempotent); if not, the in-doubt
+    mark stays the result the model reads. ``step`` is 0: it comes before the first step.
+    """
+
+    step: int
+    call: Content
+    rerun: bool
+
+
+@attrs.frozen
 class RunFinished:
     """The run ended, normally or not; ``result`` is final (partial when ``error`` is set)."""
 
@@ -95,7 +121,8 @@ class RunFinished:
 
 
 Event = (
-    StepStarted
+    RunStarted
+    | StepStarted
     | SteerApplied
     | TranscriptSaved
     | ModelRequested
@@ -103,5 +130,6 @@ Event = (
     | ModelResponded
     | ToolCalled
     | ToolReturned
+    | ToolInDoubt
     | RunFinished
 )

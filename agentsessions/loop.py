@@ -213,6 +213,10 @@ class ReactLoop:
             and r.text == IN_DOUBT
             and _tool_of(self.tools, uses, r).idempotent
         }
+        if self.emit:
+            for use in uses:
+                if any(r.tool_use_id == use.id and r.text == IN_DOUBT and r.is_error for r in results):
+                    self.emit(ev.ToolInDoubt(0, use, use.id in redo))
         kept = [r for r in results if r.tool_use_id not in redo]
         answered = {r.tool_use_id for r in kept if r.type is ContentType.TOOL_RESULT}
         missing = [use for use in uses if use.id not in answered]

@@ -11,6 +11,7 @@ lease, no fencing, and a steer taken by a run that dies before its next save is 
 from __future__ import annotations
 
 import atexit
+import contextvars
 import logging
 import os
 import socket
@@ -59,9 +60,16 @@ class Run:
     """A run in progress. ``steer`` and ``cancel`` are safe from any thread and do no I/O."""
 
     def __init__(
-        self, spec: Spec, messages: list[Message], endpoint: Endpoint, emit: EventSink | None, hold: Hold | None
+        self,
+        spec: Spec,
+        messages: list[Message],
+        endpoint: Endpoint,
+        emit: EventSink | None,
+        hold: Hold | None,
+        replica: str = "",
     ) -> None:
         emit = Listener(emit) if emit is not None else None
+        self._replica = replica
         self._emit = emit
         self._box = SteerBox()
         self._cancelled = False
@@ -109,6 +117,9 @@ class Run:
     def _execute(self) -> None:
         error: Exception | None = None
         try:
+            if self._emit:
+                session_id = getattr(self._loop.spec.session, "id", None)
+                self._emit(ev.RunStarted(session_id, self._replica, self._loop.endpoint))
             try:
                 self._loop.run()
             except Exception as caught:
@@ -206,9 +217,15 @@ class Runner:
     def start(
         self, spec: Spec, messages: Sequence[Message] | Resume, endpoint: Endpoint, events: EventSink | None = None
     ) -> Run:
-        """Start the run on a worker thread and return its handle at once."""
+        """Start the run on a worker thread and return its handle at once.
+
+        The thread runs in a copy of the caller's context variables (``contextvars``), so
+        what the caller's context carries, such as its current tracing span, applies to the run.
+        """
         run = self._prepare(spec, messages, endpoint, events)
-        threading.Thread(target=run._execute, name="agentsessions-run", daemon=True).start()
+        # The caller's context variables go with the run (a tracing span, a request id), as they do for run().
+        caller = contextvars.copy_context()
+        threading.Thread(target=caller.run, args=(run._execute,), name="agentsessions-run", daemon=True).start()
         return run
 
     def send(self, spec: Spec, text: str, endpoint: Endpoint, events: EventSink | None = None) -> Run | None:
@@ -267,7 +284,7 @@ class Runner:
         hold = self._hold(spec)  # the claim: no lock held
         if resume is not None:
             transcript = self._resumed(spec, resume, hold)
-        run = Run(spec, transcript, endpoint, events, hold)
+        run = Run(spec, transcript, endpoint, events, hold, self.replica)
         with self._lock:
             self._runs.add(run)
             if self._closed:  # shut down while claiming: it stops before its first request

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 
 import attrs
 
-from benchmarks import prompt_cache_cost, suite_memory, suite_stores, suite_systems
+from benchmarks import prompt_cache_cost, suite_memory, suite_stores, suite_systems, telemetry_overhead
 from benchmarks.save_scaling import conversation, short_conversation
 
 
@@ -251,6 +251,12 @@ def run_sections(sizes: Sizes, skip: dict[str, str], folder: str, goals: list[st
     """Every measurement in turn, printed as it completes."""
     section(f"loop overhead per step, no store, {sizes.loop_steps} steps, median of {sizes.loop_rounds} rounds")
     report_loop(loop_overhead(sizes, skip), goals)
+    section(f"telemetry overhead per step, no store, {sizes.loop_steps} steps, median of {sizes.loop_rounds} rounds")
+    reason = telemetry_overhead.missing()
+    if reason:
+        print(f"  skipped ({reason})")
+    else:
+        telemetry_overhead.report(telemetry_overhead.measure(sizes.loop_steps, sizes.loop_rounds))
     section(f"{sizes.run_steps}-step run with a SQLite store, per-step median over {sizes.run_rounds} rounds")
     runs = long_runs(sizes, skip, folder)
     report_long(runs, sizes, goals)

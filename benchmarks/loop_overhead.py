@@ -27,10 +27,11 @@ def add(a: int, b: int) -> str:
     return str(a + b)
 
 
-def _script() -> list[agent.Message]:
+def script_of(steps: int) -> list[agent.Message]:
+    """A model's replies for a run of ``steps`` steps: a call to ``add`` each step, then an answer."""
     calls = [
         agent.Message(agent.Role.ASSISTANT, [agent.Content.tool_use(f"c{i}", "add", json.dumps({"a": i, "b": 1}))])
-        for i in range(STEPS - 1)
+        for i in range(steps - 1)
     ]
     return [*calls, agent.Message.assistant("done")]
 
@@ -53,7 +54,7 @@ def hand_written(endpoint: ScriptedEndpoint, messages: list[agent.Message]) -> l
 
 
 def _per_step(run_once: Callable[[ScriptedEndpoint], object]) -> float:
-    script = _script()
+    script = script_of(STEPS)
     timings = []
     for _ in range(ROUNDS):
         endpoint = ScriptedEndpoint(script)

@@ -23,6 +23,7 @@ def test_quick_mode_runs_and_prints_every_section() -> None:
     out = done.stdout
     for heading in (
         "== loop overhead per step",
+        "== telemetry overhead per step",
         "-step run with a SQLite store",
         "messages from SQLite",
         "a lease renewal",
@@ -36,6 +37,8 @@ def test_quick_mode_runs_and_prints_every_section() -> None:
     # The durable option reaches SQLite: the suite reads the pragma back from the store's connection.
     assert "sqlite, synchronous=NORMAL" in out and "sqlite, synchronous=FULL" in out, out
     assert "loop overhead, agentsessions / plain-dict floor" in out, out
+    # The test extra installs the OpenTelemetry SDK, so the telemetry figures are measured, not skipped.
+    assert "OpenTelemetry, SDK + in-memory" in out, out
     # Each peer either ran or was skipped with its reason.
     for peer in ("LangGraph", "OpenAI Agents"):
         assert f"{peer}: skipped" in out or f"\n  {peer}" in out, out

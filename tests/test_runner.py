@@ -168,6 +168,7 @@ def test_events_arrive_in_order() -> None:
     )
     kinds = [type(e).__name__ for e in seen]
     assert kinds == [
+        "RunStarted",
         "StepStarted", "ModelRequested", "ModelResponded", "ToolCalled", "ToolReturned",
         "StepStarted", "ModelRequested", "ModelResponded", "RunFinished",
     ]  # fmt: skip
