@@ -246,6 +246,17 @@ def _backend_pid(pool: Pool) -> int:
     return pid
 
 
+def _require_local(pid: int) -> None:
+    """Skip unless backend ``pid`` is a process of this machine that this test may signal."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        pytest.skip(
+            f"PostgreSQL's backend {pid} is not a process this test can signal (the server is not local, "
+            "or runs as another user): this test stops it with SIGSTOP"
+        )
+
+
 @contextlib.contextmanager
 def _record_locked(schema: str, session_id: str) -> Iterator[int]:
     """Hold the session's record locked from another connection; yields that backend's pid."""
@@ -297,6 +308,7 @@ def test_a_server_that_stops_answering_gives_a_store_error_within_the_timeout(sc
             wait_for("the claim to wait for the lock", lambda: admin.execute(waiting, (pid,)).fetchone())
             # Stopped, the backend can neither time its lock wait out nor answer: to the store
             # it is a server that stopped answering, with the TCP connection still up.
+            _require_local(pid)
             os.kill(pid, signal.SIGSTOP)
             try:
                 finished.wait(10)
@@ -532,6 +544,7 @@ def _stopped(pid: int) -> Iterator[None]:
 
     The limit makes a call that never gives up fail the test on its time instead of hanging it.
     """
+    _require_local(pid)
     os.kill(pid, signal.SIGSTOP)
     resume = threading.Timer(10, os.kill, (pid, signal.SIGCONT))
     resume.start()
