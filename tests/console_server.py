@@ -1,0 +1,29 @@
+"""The console served by waitress on a free port of 127.0.0.1, for the HTTP and the browser tests."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from waitress.server import create_server
+
+from agentsessions import console
+from agentsessions.session import RunStore
+
+TOKEN = "console-test-token-" + "x" * 24
+
+
+@contextlib.contextmanager
+def served(store: RunStore, *, token: str = TOKEN, prefix: str = "") -> Iterator[str]:
+    """The base URL (``http://127.0.0.1:PORT`` plus ``prefix``) of the console over ``store``, while inside."""
+    options: dict[str, Any] = {"url_prefix": prefix} if prefix else {}
+    server: Any = create_server(console.app(store, token=token), host="127.0.0.1", port=0, threads=4, **options)
+    thread = threading.Thread(target=server.run, name="console-server", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.effective_port}{prefix}"
+    finally:
+        server.close()
+        thread.join(10)
