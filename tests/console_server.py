@@ -25,5 +25,7 @@ def served(store: RunStore, *, token: str = TOKEN, prefix: str = "") -> Iterator
     try:
         yield f"http://127.0.0.1:{server.effective_port}{prefix}"
     finally:
+        # The workers first: one still answering would write to the closed loop's trigger.
+        server.task_dispatcher.shutdown()
         server.close()
         thread.join(10)

@@ -25,7 +25,10 @@ SECURITY_HEADERS = (
         "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
     ),
     ("X-Content-Type-Options", "nosniff"),
-    ("Referrer-Policy", "no-referrer"),
+    # same-origin, not no-referrer: under no-referrer browsers send `Origin: null` with the
+    # console's own forms, and the origin check could no longer tell them from a sandboxed
+    # attacker's; links out of the console (a URL in a transcript) still carry no referrer.
+    ("Referrer-Policy", "same-origin"),
     ("X-Frame-Options", "DENY"),
     ("Cache-Control", "no-store"),
 )
