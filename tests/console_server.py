@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from waitress.server import create_server
 
 from agentsessions import console
 from agentsessions.session import RunStore
+from agentsessions.stores import sqlite
 
 TOKEN = "console-test-token-" + "x" * 24
 
@@ -29,3 +31,13 @@ def served(store: RunStore, *, token: str = TOKEN, prefix: str = "") -> Iterator
         server.task_dispatcher.shutdown()
         server.close()
         thread.join(10)
+
+
+@contextlib.contextmanager
+def sqlite_store(folder: Path) -> Iterator[sqlite.SQLiteStore]:
+    """A new SQLite store in ``folder``, closed on the way out."""
+    opened = sqlite.open(folder / "console.db")
+    try:
+        yield opened
+    finally:
+        opened.close()

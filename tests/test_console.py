@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 import pytest
 import requests
 from conftest import POSTGRES_DSN, require_server
-from console_server import TOKEN, served
+from console_server import TOKEN, served, sqlite_store
 
 import agentsessions as agent
 from agentsessions.console._guard import SECURITY_HEADERS
@@ -31,11 +31,8 @@ PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[sqlite.SQLiteStore]:
-    opened = sqlite.open(tmp_path / "console.db")
-    try:
+    with sqlite_store(tmp_path) as opened:
         yield opened
-    finally:
-        opened.close()
 
 
 @pytest.fixture

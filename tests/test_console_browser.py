@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from conftest import wait_for
-from console_server import TOKEN, served
+from console_server import TOKEN, served, sqlite_store
 from scripts import call, double
 from selenium import webdriver
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
@@ -57,11 +57,8 @@ def browser() -> Iterator[WebDriver]:
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[sqlite.SQLiteStore]:
-    opened = sqlite.open(tmp_path / "browser.db")
-    try:
+    with sqlite_store(tmp_path) as opened:
         yield opened
-    finally:
-        opened.close()
 
 
 @pytest.fixture
