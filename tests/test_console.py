@@ -305,3 +305,15 @@ def test_mounted_under_a_prefix_links_and_cookie_follow_it(store: sqlite.SQLiteS
         assert 'href="/ops/console/session?id=p"' in page and 'src="/ops/console/static/console.js"' in page
         form = get(f"{base}/session?id=p").text
         assert 'action="/ops/console/steer"' in form
+
+
+def test_any_session_id_round_trips_through_links_and_forms(base: str, store: sqlite.SQLiteStore) -> None:
+    odd = "support/ünïcode 🙂?&id=other#x"
+    store.save(odd, [Message.user("x")])
+    listing = get(f"{base}/").text
+    link = re.search(r'<a href="(/session\?id=[^"]+)">', listing)
+    assert link and get(base + link.group(1).replace("&amp;", "&")).status_code == 200
+    steered = post(base, "steer", odd, text="hello")
+    assert steered.status_code == 303 and [s.text for s in store.peek_steers(odd)] == ["hello"]
+    assert post(base, "steer", odd, text="   ").status_code == 400
+    assert get(base + steered.headers["Location"]).status_code == 200

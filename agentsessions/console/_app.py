@@ -124,6 +124,11 @@ class Console:
             log.exception("the store failed")
             text = f"the store failed ({type(error).__name__}); the console's log has the details"
             return _page(503, _html.layout(root, "Store error", _html.problem(root, text)))
+        except Exception:
+            # A bug: answered here, not by the server, so the page keeps the security headers.
+            log.exception("the console failed")
+            text = "the console failed (a bug); its log has the traceback"
+            return _page(500, _html.layout(root, "Console error", _html.problem(root, text)))
 
     def _route(self, environ: dict[str, Any], root: str) -> Response:
         method = environ.get("REQUEST_METHOD", "GET")
@@ -208,7 +213,10 @@ class Console:
 
     def _steer(self, root: str, form: Params) -> Response:
         info = self._known(_one(form, "id"))
-        state = self.store.add_steer(info.id, _one(form, "text"))
+        text = _one(form, "text")
+        if not text.strip():
+            raise Refused(400, "a steer needs some text", _html.session_link(root, info.id))
+        state = self.store.add_steer(info.id, text)
         return self._back(root, info.id, "steered" if state is RunState.RUNNING else "steer-waits")
 
     def _cancel(self, root: str, form: Params) -> Response:
