@@ -118,6 +118,8 @@ def test_the_token_in_the_address_sets_a_strict_cookie_and_leaves_the_address(ba
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie and TOKEN not in cookie
     assert browser.get(f"{base}/", allow_redirects=False, timeout=10).status_code == 200
     assert browser.get(f"{base}/static/console.css", timeout=10).status_code == 200
+    elsewhere = requests.get(f"{base}//evil.example/?token={TOKEN}", allow_redirects=False, timeout=10)
+    assert elsewhere.headers["Location"] == "/evil.example/"  # never //evil.example: no open redirect
 
 
 def test_every_response_carries_the_security_headers(base: str, store: sqlite.SQLiteStore) -> None:

@@ -155,7 +155,8 @@ class Console:
             raise Refused(401, "")
         rest = [(key, value) for key, values in params.items() if key != "token" for value in values]
         query = "?" + urlencode(rest) if rest else ""
-        return _redirect(f"{root}{path}{query}", self.guard.set_cookie(environ))
+        # One leading slash: `//host` in a Location header would send the browser to another site.
+        return _redirect(f"{root}/{path.lstrip('/')}{query}", self.guard.set_cookie(environ))
 
     def _get(self, root: str, path: str, params: Params) -> Response:
         if path.startswith("/static/") and path[8:] in _STATIC:
