@@ -10,6 +10,8 @@
     delete ID...                   transcript, steers and record, for each ID
     export ID                      the transcript in the agentsessions.dumps form, on stdout
     import ID FILE [--replace]     a transcript in that form from FILE (- for stdin)
+    console [--bind HOST:PORT]     a web console over the store (default 127.0.0.1:8700); prints
+                                   the address to open, carrying a one-time token
 
 ``list --json`` writes JSON Lines: one object per session, newest update first, with
 ``id``, ``state``, ``length``, ``updated_at``, ``holder``, ``lease_expires_at`` (ISO 8601,
@@ -398,6 +400,27 @@ def _import(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
     return Exit.OK
 
 
+def _console(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
+    from agentsessions.console import _serve
+
+    try:
+        bind = _serve.parse_bind(args.bind)
+    except ValueError as error:
+        raise CliError(Exit.USAGE, str(error)) from None
+    try:
+        _serve.serve(store, bind, shown_store=_shown_store(args), out=io.out, err=io.err)
+    except ImportError as error:
+        raise CliError(Exit.STORE, str(error)) from None
+    except OSError as error:  # the address is taken, or not this machine's
+        raise CliError(Exit.USAGE, f"cannot listen on {args.bind}: {error.strerror or error}") from None
+    return Exit.OK
+
+
+def _shown_store(args: argparse.Namespace) -> str:
+    """The store URL as it may be shown (its password masked)."""
+    return parse_store_url(args.store or os.environ.get(ENVIRONMENT, "")).shown
+
+
 def _read(name: str) -> bytes:
     if name == "-":
         stdin = sys.stdin
@@ -492,6 +515,10 @@ def parser() -> argparse.ArgumentParser:
     imports.add_argument("id")
     imports.add_argument("file", metavar="FILE")
     imports.add_argument("--replace", action="store_true", help="overwrite an existing session's transcript")
+    console = command("console", _console, "Serve a web console over the store; prints the address to open.")
+    console.add_argument(
+        "--bind", default="127.0.0.1:8700", metavar="HOST:PORT", help="default 127.0.0.1:8700 (this machine only)"
+    )
     return top
 
 

@@ -35,6 +35,8 @@ def test_the_wheel_and_the_sdist_install_and_import_in_a_fresh_venv(tmp_path: Pa
     (sdist,) = dist.glob("agentsessions-*.tar.gz")
     names = zipfile.ZipFile(wheel).namelist()
     assert "agentsessions/py.typed" in names and any(n.endswith("/LICENSE") for n in names)
+    # The console reads its script and style sheet from the package when it starts.
+    assert {"agentsessions/console/static/console.js", "agentsessions/console/static/console.css"} <= set(names)
     assert not any(n.startswith(("tests/", "benchmarks/", "examples/")) for n in names)
     for archive in (wheel, sdist):
         env = tmp_path / f"venv-{archive.suffix.strip('.')}"

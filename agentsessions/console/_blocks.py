@@ -1,0 +1,94 @@
+"""A transcript as HTML: one ``<article>`` per message, one element per block, every value escaped.
+
+The transcript is untrusted model output (and tool output): every str goes through
+:func:`html.escape` before it meets markup, a URL becomes a link only when it is http(s),
+and an image is shown inline only as a ``data:`` URL of an ``image/*`` media type whose
+data is plain base64 (the page's content security policy allows no other image source).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from html import escape
+
+from agentsessions.messages import Content, ContentType, Message
+
+_IMAGE_TYPE = re.compile(r"image/[A-Za-z0-9.+-]{1,60}")
+_BASE64 = re.compile(r"[A-Za-z0-9+/=\r\n]*")
+_WEB = re.compile(r"https?://", re.IGNORECASE)
+
+
+def messages(transcript: Sequence[Message], start: int = 0) -> str:
+    """The messages of ``transcript`` from index ``start`` on, numbered as ``fork --at`` counts them."""
+    return "".join(message(index, transcript[index]) for index in range(start, len(transcript)))
+
+
+def message(index: int, item: Message) -> str:
+    """One message: its number and role, then its blocks."""
+    role = item.role.value
+    blocks = "".join(block(content) for content in item.content)
+    return (
+        f'<article class="message {role}" id="m{index}" data-index="{index}">'
+        f'<header><span class="number">#{index}</span> {role}</header>{blocks}</article>'
+    )
+
+
+def block(content: Content) -> str:
+    """One content block as HTML."""
+    kind = content.type
+    if kind is ContentType.TEXT:
+        return f'<div class="text">{escape(content.text)}</div>'
+    if kind is ContentType.THINKING:
+        signed = " (signed)" if content.signature else ""
+        summary = f"<summary>thinking{signed}</summary>"
+        return f'<details class="thinking">{summary}<div class="text">{escape(content.text)}</div></details>'
+    if kind is ContentType.REDACTED_THINKING:
+        return f'<div class="thinking redacted">redacted thinking ({len(content.data)} characters, encrypted)</div>'
+    if kind is ContentType.TOOL_USE:
+        return (
+            f'<div class="tool-call"><span class="label">tool call</span> <code>{escape(content.name)}</code> '
+            f'<span class="call-id">[{escape(content.id)}]</span><pre>{escape(content.input)}</pre></div>'
+        )
+    if kind is ContentType.TOOL_RESULT:
+        error = ' <span class="badge error">error</span>' if content.is_error else ""
+        css = "tool-result error" if content.is_error else "tool-result"
+        return (
+            f'<div class="{css}"><span class="label">tool result</span>{error} '
+            f'<span class="call-id">[{escape(content.tool_use_id)}]</span><pre>{escape(content.text)}</pre></div>'
+        )
+    if kind is ContentType.IMAGE or kind is ContentType.DOCUMENT:
+        return _media(content)
+    return _raw(content)
+
+
+def _media(content: Content) -> str:
+    title = f" <q>{escape(content.name)}</q>" if content.name else ""
+    returned = f' <span class="call-id">from [{escape(content.tool_use_id)}]</span>' if content.tool_use_id else ""
+    label = f'<span class="label">{content.type.value}</span>{title}{returned}'
+    if content.url:
+        return f'<div class="media">{label} {_link(content.url)}</div>'
+    size = f"{escape(content.media_type)}, {len(content.data)} base64 characters"
+    if (
+        content.type is ContentType.IMAGE
+        and _IMAGE_TYPE.fullmatch(content.media_type)
+        and _BASE64.fullmatch(content.data)
+    ):
+        source = f"data:{content.media_type};base64,{content.data}"
+        return f'<figure class="media">{label} <img src="{escape(source)}" alt="image ({size})"></figure>'
+    return f'<div class="media">{label} ({size})</div>'
+
+
+def _link(url: str) -> str:
+    """A link for an http(s) URL; any other scheme (``javascript:``...) stays text."""
+    if _WEB.match(url):
+        return f'<a href="{escape(url)}" rel="noreferrer noopener" target="_blank">{escape(url)}</a>'
+    return f"<code>{escape(url)}</code>"
+
+
+def _raw(content: Content) -> str:
+    kind = json.loads(content.data).get("type")
+    shown = f'<div class="text">{escape(content.text)}</div>' if content.text else ""
+    name = escape(kind) if isinstance(kind, str) else "(untyped)"
+    return f'<div class="raw"><span class="label">{escape(content.name)} block</span> <code>{name}</code>{shown}</div>'

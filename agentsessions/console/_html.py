@@ -1,0 +1,177 @@
+"""The console's pages, as small functions that return HTML; every value from the store is escaped.
+
+No page carries a script or a style of its own: the layout links ``static/console.css`` and
+``static/console.js``, which the content security policy allows (``'self'``), and nothing
+inline. Links are relative to the console's root, so it works mounted under any prefix.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from html import escape
+from urllib.parse import quote, urlencode
+
+import attrs
+
+from agentsessions import _cli_format as fmt
+from agentsessions.runs import RunState, SessionInfo, Steer
+
+
+def q(value: str) -> str:
+    """``value`` for a URL's query (any str: lone surrogates pass as their UTF-8-like bytes)."""
+    return quote(value, safe="", errors="surrogatepass")
+
+
+def session_link(root: str, session_id: str) -> str:
+    """The URL of a session's page."""
+    return f"{root}/session?id={q(session_id)}"
+
+
+def layout(root: str, title: str, body: str, *, notice: str = "") -> str:
+    """A whole page around ``body``."""
+    shown = f'<p class="notice">{escape(notice)}</p>' if notice else ""
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>{escape(title)} · agentsessions console</title>"
+        f'<link rel="stylesheet" href="{root}/static/console.css">'
+        f'<script src="{root}/static/console.js" defer></script></head>'
+        f'<body><nav><a href="{root}/">agentsessions console</a></nav><main>{shown}{body}</main></body></html>'
+    )
+
+
+def csrf_field(csrf: str) -> str:
+    """The hidden CSRF field every form carries."""
+    return f'<input type="hidden" name="csrf" value="{escape(csrf)}">'
+
+
+# --- The list ---------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Listing:
+    """What the list page shows: one page of sessions, the counts, the filter, the next page's query."""
+
+    rows: Sequence[SessionInfo]
+    counts: Mapping[RunState, int]
+    counted_all: bool
+    states: frozenset[RunState]
+    next_query: str | None
+    first_page: bool
+
+
+def listing(root: str, page: Listing, now: datetime.datetime) -> str:
+    """The sessions page: state filters with their counts, the table, the link to the next page."""
+    total = sum(page.counts.values())
+    plus = "" if page.counted_all else "+"
+    filters = [_filter(root, "all", f"{total}{plus}", "", not page.states)]
+    for state in RunState:
+        count = f"{page.counts.get(state, 0)}{plus if page.counts.get(state) else ''}"
+        filters.append(_filter(root, state.value, count, f"?state={state.value}", page.states == {state}))
+    rows = "".join(_row(root, info, now) for info in page.rows) or '<tr><td colspan="7">no sessions</td></tr>'
+    more = []
+    if not page.first_page:
+        more.append(f'<a href="{root}/{_states_query(page.states)}">first page</a>')
+    if page.next_query is not None:
+        more.append(f'<a class="next" href="{root}/?{escape(page.next_query)}">next page</a>')
+    return (
+        f'<h1>Sessions</h1><p class="filters">{" ".join(filters)}</p>'
+        '<table class="sessions"><thead><tr><th>id</th><th>state</th><th>messages</th><th>steers</th>'
+        f"<th>updated (UTC)</th><th>holder</th><th>lease</th></tr></thead><tbody>{rows}</tbody></table>"
+        f'<p class="pages">{" · ".join(more)}</p>'
+    )
+
+
+def _states_query(states: frozenset[RunState]) -> str:
+    return "?" + urlencode([("state", s.value) for s in sorted(states)]) if states else ""
+
+
+def _filter(root: str, label: str, count: str, query: str, current: bool) -> str:
+    css = ' class="current"' if current else ""
+    return f'<a{css} href="{root}/{query}">{label} <span class="count">{count}</span></a>'
+
+
+def _row(root: str, info: SessionInfo, now: datetime.datetime) -> str:
+    cancelling = " (cancelling)" if info.cancel_requested else ""
+    return (
+        f'<tr><td><a href="{escape(session_link(root, info.id))}">{escape(info.id)}</a></td>'
+        f'<td><span class="state {info.state.value}">{info.state.value}{cancelling}</span></td>'
+        f"<td>{info.length}</td><td>{info.pending_steers}</td><td>{fmt.utc(info.updated_at)}</td>"
+        f"<td>{escape(info.holder or '-')}</td><td>{escape(fmt.lease(info, now))}</td></tr>"
+    )
+
+
+# --- One session --------------------------------------------------------------------------
+
+
+def status(info: SessionInfo, steers: Sequence[Steer], now: datetime.datetime) -> str:
+    """The record of a session: state, holder, lease, length, last update, the steers waiting."""
+    cancelling = ' <span class="badge">cancel requested</span>' if info.cancel_requested else ""
+    held = {RunState.RUNNING: "holds it now", RunState.STALLED: "held it; its lease lapsed"}
+    holder = "-"
+    if info.holder is not None:
+        holder = f"{escape(info.holder)} ({held.get(info.state, 'its last run; none holds it now')})"
+    waiting = "".join(f'<li><span class="number">[{s.seq}]</span> {escape(s.text)}</li>' for s in steers)
+    return (
+        f'<dl><dt>state</dt><dd><span class="state {info.state.value}">{info.state.value}</span>{cancelling}</dd>'
+        f"<dt>holder</dt><dd>{holder}</dd><dt>lease</dt><dd>{escape(fmt.lease(info, now))}</dd>"
+        f"<dt>messages</dt><dd>{info.length}</dd><dt>updated (UTC)</dt><dd>{fmt.utc(info.updated_at)}</dd>"
+        f"<dt>steers waiting</dt><dd>{len(steers)}</dd></dl>" + (f'<ul class="steers">{waiting}</ul>' if steers else "")
+    )
+
+
+def session(root: str, info: SessionInfo, status_html: str, transcript_html: str, version: str, csrf: str) -> str:
+    """A session's page: its record, the actions, and the transcript that the script keeps growing."""
+    sid = escape(info.id)
+    hidden = csrf_field(csrf) + f'<input type="hidden" name="id" value="{sid}">'
+    poll = escape(f"{root}/session/poll?id={q(info.id)}")
+    # Panels of the side column, in order; an approvals panel goes beside the steer one.
+    panels = [
+        f'<section class="panel"><h2>Run</h2><div id="status">{status_html}</div></section>',
+        _steer_panel(root, hidden),
+        _actions_panel(root, info, hidden),
+    ]
+    return (
+        f'<h1>Session <code class="session-id">{sid}</code></h1><div class="columns"><aside>{"".join(panels)}</aside>'
+        f'<section class="transcript-column"><h2>Transcript</h2><div id="transcript" data-poll="{poll}" '
+        f'data-length="{info.length}" data-version="{escape(version)}">{transcript_html}</div></section></div>'
+    )
+
+
+def _steer_panel(root: str, hidden: str) -> str:
+    return (
+        f'<section class="panel"><h2>Steer</h2><form method="post" action="{root}/steer">{hidden}'
+        '<textarea name="text" rows="3" required aria-label="steer text"></textarea>'
+        '<button type="submit" name="do" value="steer">Steer</button></form></section>'
+    )
+
+
+def _actions_panel(root: str, info: SessionInfo, hidden: str) -> str:
+    return (
+        f'<section class="panel"><h2>Actions</h2><form method="post" action="{root}/cancel">{hidden}'
+        '<button type="submit" name="do" value="cancel">Cancel the run</button></form>'
+        f'<form method="post" action="{root}/fork" class="fork">{hidden}'
+        f'<label>new id <input name="new" required value="{escape(info.id)}-fork"></label>'
+        f'<label>first <input name="at" type="number" min="0" max="{info.length}" value="{info.length}">'
+        " messages</label>"
+        '<button type="submit" name="do" value="fork">Fork</button></form>'
+        f'<p><a class="danger" href="{escape(root + "/delete?id=" + q(info.id))}">Delete…</a></p></section>'
+    )
+
+
+def confirm_delete(root: str, info: SessionInfo, csrf: str) -> str:
+    """The confirmation step before a delete."""
+    sid = escape(info.id)
+    return (
+        f"<h1>Delete session <code>{sid}</code>?</h1><p>This removes its transcript ({fmt.messages(info.length)}), "
+        f"its steers and its record, for every replica. It cannot be undone.</p>"
+        f'<form method="post" action="{root}/delete">{csrf_field(csrf)}<input type="hidden" name="id" value="{sid}">'
+        f'<button type="submit" name="do" value="delete" class="danger">Delete it</button> '
+        f'<a href="{escape(session_link(root, info.id))}">keep it</a></form>'
+    )
+
+
+def problem(root: str, text: str, back: str | None = None) -> str:
+    """The body of an error page: what went wrong, and a way back."""
+    link = f'<p><a href="{escape(back)}">back</a></p>' if back else f'<p><a href="{root}/">the sessions</a></p>'
+    return f'<h1>Not done</h1><p class="problem">{escape(text)}</p>{link}'
