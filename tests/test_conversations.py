@@ -223,6 +223,8 @@ def test_a_record_from_a_newer_version_is_a_format_error_and_the_others_are_stil
         write_a_newer_run_state(store, "from-the-future")
         with pytest.raises(agent.FormatError, match=r"'from-the-future' has run state 'paused'.*upgrade"):
             store.info("from-the-future")
+        with pytest.raises(agent.FormatError, match="from-the-future"):  # never taken over by this version
+            store.claim("from-the-future", replica="old-replica", lease=5.0)
         with caplog.at_level(logging.WARNING, logger="agentsessions"):
             listed = [info.id for info in store.sessions()]
         assert sorted(listed) == ["old-1", "old-2"]

@@ -64,6 +64,7 @@ from agentsessions.codec import encode_text, load_message
 from agentsessions.errors import SchemaMissingError, StoreError
 from agentsessions.messages import Message
 from agentsessions.runs import (
+    ENDINGS,
     Claim,
     Progress,
     Renewal,
@@ -376,7 +377,9 @@ class MongoStore:
             for _ in attempts(self._timeout):
                 token, now = self._next_token(), micros(utcnow())
                 lapsed = {"lease_expires_at": {"$not": {"$gt": now}}}  # as derive_state: no lease is no hold
-                free = {"_id": stored, "$or": [{"run_state": {"$ne": RUNNING}}, lapsed]}
+                # Free: never held, ended, or stalled; never a state a newer version wrote.
+                ended = {"run_state": {"$in": [None, *sorted(state.value for state in ENDINGS)]}}
+                free = {"_id": stored, "$or": [ended, {"run_state": RUNNING, **lapsed}]}
                 held = {"run_state": RUNNING, "token": token, "holder": key(replica), "lease": lease}
                 held |= {"lease_expires_at": now + lease_micros(lease), "cancel_requested": False}
                 with suppress(DuplicateKeyError):  # the document exists and the filter refused it

@@ -230,9 +230,9 @@ class _Record:
     lease_expires_at: datetime.datetime | None
 
     @classmethod
-    def of(cls, row: tuple[Any, ...]) -> _Record:
+    def of(cls, row: tuple[Any, ...], session_id: str) -> _Record:
         revision, length, token, stored, cancel, holder, expires, now = row
-        state = runs.derive_state(_text(stored), _utc(expires), now.replace(tzinfo=UTC))
+        state = runs.derive_state(_text(stored), _utc(expires), now.replace(tzinfo=UTC), session_id)
         return cls(revision, length, token, state, bool(cancel), _text(holder), _utc(expires))
 
     def holds(self, claim: Claim) -> bool:
@@ -273,7 +273,7 @@ class MySQLStore:
             if not _save_known(cur, plan, key, rows, revision):  # rare: another writer came between
                 cur.execute(_CREATE_SESSION, (key, revision))
                 cur.execute(_LOCK_SESSION, (key,))
-                record = _Record.of(cur.fetchone())
+                record = _Record.of(cur.fetchone(), session_id)
                 _write_transcript(cur, plan, key, rows, record)
                 cur.execute(_UPDATE_SESSION, (revision, len(plan.messages), key))
         self._known.remember(session_id, revision, plan.messages)
@@ -299,7 +299,7 @@ class MySQLStore:
         with self._transaction("add a steer", session_id, payload=len(data)) as cur:
             cur.execute(_CREATE_SESSION, (key, new_revision()))
             cur.execute(_LOCK_SESSION, (key,))
-            state = _Record.of(cur.fetchone()).state
+            state = _Record.of(cur.fetchone(), session_id).state
             cur.execute(_INSERT_STEER, (key, data))
         return state
 
@@ -371,7 +371,7 @@ class MySQLStore:
         with self._transaction("cancel the run", session_id) as cur:
             cur.execute(_LOCK_SESSION, (key,))
             row = cur.fetchone()
-            if row is None or _Record.of(row).state is not RunState.RUNNING:
+            if row is None or _Record.of(row, session_id).state is not RunState.RUNNING:
                 return False
             cur.execute(_CANCEL, (key,))
         return True
@@ -409,7 +409,7 @@ class MySQLStore:
         with self._transaction("claim the session", session_id) as cur:
             cur.execute(_CREATE_SESSION, (key, new_revision()))
             cur.execute(_LOCK_SESSION, (key,))
-            record = _Record.of(cur.fetchone())
+            record = _Record.of(cur.fetchone(), session_id)
             if record.state is RunState.RUNNING:
                 raise runs.busy(session_id, record.holder, record.lease_expires_at)
             cur.execute(_CLAIM, (token, holder, lease, lease, key))
@@ -440,7 +440,7 @@ class MySQLStore:
         with self._transaction("save the run", claim.session_id, payload=_largest(rows)) as cur:
             cur.execute(_LOCK_SESSION, (key,))
             row = cur.fetchone()
-            record = _Record.of(row) if row else None
+            record = _Record.of(row, claim.session_id) if row else None
             if record is None or not record.holds(claim):
                 raise runs.superseded(claim)
             _delete_steers(cur, key, list(taken))

@@ -212,7 +212,9 @@ VALUES (%(id)s, %(revision)s, 0, 'running', nextval('agentsessions_tokens'), %(h
 ON CONFLICT (id) DO UPDATE
 SET run_state = 'running', token = excluded.token, holder = excluded.holder, lease = excluded.lease,
     lease_expires_at = clock_timestamp() + excluded.lease * interval '1 second', cancel_requested = false
-WHERE s.run_state IS DISTINCT FROM 'running' OR s.lease_expires_at IS NULL OR s.lease_expires_at <= clock_timestamp()
+-- Free: never held, ended, or stalled; never a state a newer version wrote (the refusal reads it).
+WHERE s.run_state IS NULL OR s.run_state IN ('finished', 'cancelled', 'failed')
+   OR (s.run_state = 'running' AND (s.lease_expires_at IS NULL OR s.lease_expires_at <= clock_timestamp()))
 RETURNING s.token
 """
 # One statement, so one snapshot: the length read and the rows copied agree whatever saves
@@ -237,7 +239,7 @@ copied AS (
 )
 SELECT source.length, EXISTS (SELECT 1 FROM fork) FROM source
 """
-_HOLDER = "SELECT holder, lease_expires_at FROM agentsessions_sessions WHERE id = %s"
+_HOLDER = "SELECT holder, lease_expires_at, run_state, clock_timestamp() FROM agentsessions_sessions WHERE id = %s"
 _RENEW = """
 UPDATE agentsessions_sessions AS s SET lease_expires_at = clock_timestamp() + s.lease * interval '1 second'
 FROM unnest(%s::bytea[], %s::bigint[]) AS c(id, token)
@@ -409,7 +411,8 @@ class PostgresStore:
             holder = _cursor(conn).execute(_HOLDER, (key,))
         token = claimed.fetchone()
         if token is None:
-            held_by, expires = _one(holder)
+            held_by, expires, run_state, now = _one(holder)
+            derive_state(run_state, expires, now, session_id)  # a newer version's state: a FormatError
             raise busy(session_id, _text(held_by), _utc(expires))
         return Claim(session_id, token[0], replica, lease)
 

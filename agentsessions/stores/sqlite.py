@@ -247,7 +247,7 @@ class SQLiteStore:
             run_state, expires, _ = _hold(db, key)
             db.execute(_NEXT_STEER)
             db.execute(_INSERT_STEER, (key, encode_text(text)))
-        return _state(run_state, expires, now)
+        return _state(run_state, expires, now, session_id)
 
     def take_steers(self, session_id: str) -> list[str]:
         """Remove and return the waiting steers, oldest first; each goes to exactly one caller."""
@@ -308,7 +308,7 @@ class SQLiteStore:
         with self._errors("claim", session_id), self._transaction() as db:
             now = _now()
             run_state, expires, holder = _hold(db, key)
-            if _state(run_state, expires, now) is RunState.RUNNING:
+            if _state(run_state, expires, now, session_id) is RunState.RUNNING:
                 raise busy(session_id, _text(holder), _datetime(expires))
             [(token,)] = db.execute(_NEXT_TOKEN).fetchall()
             db.execute(_CLAIM, (token, encode_text(replica), lease, now + _span(lease), key))
