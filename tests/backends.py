@@ -76,6 +76,16 @@ def open_mongodb(uri: str, database: str) -> Iterator[agent.RunStore]:
 
 
 @contextlib.contextmanager
+def open_redis(url: str, prefix: str) -> Iterator[agent.RunStore]:
+    import redis
+
+    from agentsessions.stores.redis import RedisStore
+
+    with redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=5) as client:
+        yield RedisStore(client, prefix=prefix)
+
+
+@contextlib.contextmanager
 def scratch_sqlite(directory: Path) -> Iterator[Opener]:
     yield functools.partial(open_sqlite, str(directory / "sessions.db"))
 
@@ -139,3 +149,29 @@ def scratch_mongodb(uri: str) -> Iterator[Opener]:
             yield functools.partial(open_mongodb, uri, name)
         finally:
             client.drop_database(name)
+
+
+@contextlib.contextmanager
+def scratch_redis(url: str) -> Iterator[Opener]:
+    """A random prefix of its own in the Redis at ``url``; its keys are deleted at the end."""
+    import redis
+
+    prefix = f"agentsessions_crash_{secrets.token_hex(4)}:"
+    try:
+        yield functools.partial(open_redis, url, prefix)
+    finally:
+        with redis.Redis.from_url(url, socket_connect_timeout=5) as client:
+            delete_prefix(client, prefix)
+
+
+def delete_prefix(client: Any, prefix: str) -> None:
+    """Delete every key under ``prefix`` (SCAN, never KEYS: the server keeps answering others)."""
+    pattern = "".join("\\" + c if c in "*?[]\\" else c for c in prefix) + "*"
+    batch: list[bytes] = []
+    for key in client.scan_iter(match=pattern, count=1000):
+        batch.append(key)
+        if len(batch) == 1000:
+            client.unlink(*batch)
+            batch.clear()
+    if batch:
+        client.unlink(*batch)
