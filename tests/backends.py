@@ -15,10 +15,23 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import agentsessions as agent
 
 Opener = Callable[[], AbstractContextManager[Any]]
+
+
+def postgres_url(dsn: str, schema: str, password: str | None = None) -> str:
+    """A ``postgresql://`` URL for the conninfo ``dsn``, working in ``schema`` (with ``password``, if given)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    settings = conninfo_to_dict(dsn)
+    user = quote(str(settings.get("user", "postgres")))
+    secret = password if password is not None else settings.get("password")
+    userinfo = f"{user}:{quote(str(secret))}" if secret else user
+    where = f"{settings.get('host', '127.0.0.1')}:{settings.get('port', 5432)}/{settings.get('dbname', 'test')}"
+    return f"postgresql://{userinfo}@{where}?options=-csearch_path%3D{schema}"
 
 
 @contextlib.contextmanager
@@ -157,10 +170,11 @@ def scratch_redis(url: str) -> Iterator[Opener]:
     import redis
 
     prefix = f"agentsessions_crash_{secrets.token_hex(4)}:"
-    try:
-        yield functools.partial(open_redis, url, prefix)
-    finally:
-        with redis.Redis.from_url(url, socket_connect_timeout=5) as client:
+    with redis.Redis.from_url(url, socket_connect_timeout=5) as client:
+        client.ping()  # a missing server fails here, before anything is yielded
+        try:
+            yield functools.partial(open_redis, url, prefix)
+        finally:
             delete_prefix(client, prefix)
 
 
