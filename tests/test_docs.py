@@ -18,7 +18,18 @@ import psycopg
 import pymongo
 import pymysql
 import pytest
-from conftest import MONGODB_URI, MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, POSTGRES_DSN, require_server
+import redis
+from backends import delete_prefix
+from conftest import (
+    MONGODB_URI,
+    MYSQL_HOST,
+    MYSQL_PASSWORD,
+    MYSQL_PORT,
+    MYSQL_USER,
+    POSTGRES_DSN,
+    REDIS_URL,
+    require_server,
+)
 from fake_anthropic import FakeAnthropic, Reply, text, tool_use
 
 from agentsessions.stores import mysql
@@ -30,6 +41,7 @@ SERVER_MARKS = {
     "PostgreSQL": "postgres.SCHEMA",
     "MariaDB": "mysql.SCHEMA",
     "MongoDB": "mongodb.INDEXES",
+    "Redis": "RedisStore(client",
     "Anthropic": 'AnthropicEndpoint("claude-sonnet-4-5", stream=True)',
 }
 
@@ -111,6 +123,22 @@ def test_the_mongodb_block_runs() -> None:
         with pymongo.MongoClient(uri) as client:
             assert "agentsessions_messages_key" in client[database]["agentsessions_messages"].index_information()
             client.drop_database(database)
+
+
+def test_the_redis_block_runs() -> None:
+    client = require_server("Redis", lambda: redis.Redis.from_url(REDIS_URL, socket_connect_timeout=5))
+    client.ping()
+    prefix = f"agentsessions_readme_{secrets.token_hex(4)}:"
+    try:
+        for _ in range(2):  # twice in a row, as every block must run
+            _run(
+                _block_for("Redis"),
+                "Redis",
+                {'"redis://127.0.0.1:6379/0"': repr(REDIS_URL), '"myapp:sessions:"': repr(prefix)},
+            )
+        assert list(client.scan_iter(match=prefix + "*")) == []  # the block's delete left nothing under its prefix
+    finally:
+        delete_prefix(client, prefix)
 
 
 def test_the_streaming_block_runs_against_a_local_server_with_the_wire_format(
