@@ -7,12 +7,16 @@ Each test works under a random prefix of its own, whose keys are deleted at the 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import secrets
+import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import redis
@@ -21,7 +25,7 @@ from conftest import REDIS_URL, check_replicas_notice_each_other, numbered_trans
 from crossprocess import check_steers_across_processes
 
 import agentsessions as agent
-from agentsessions.runs import Renewal
+from agentsessions.runs import Progress, Renewal
 from agentsessions.stores import storetest
 from agentsessions.stores.redis import RedisStore
 
@@ -164,3 +168,105 @@ def test_importing_without_redis_names_the_extra() -> None:
     assert done.returncode != 0
     assert "ImportError: agentsessions.stores.redis needs redis" in done.stderr
     assert "pip install agentsessions[redis]" in done.stderr
+
+
+class ReplyLosingProxy:
+    """A TCP proxy to the test Redis that can lose one reply: the server ran the command, the client never hears.
+
+    After ``lose_next_reply()``, the next bytes the server sends are dropped and both
+    sides of that connection closed, as a network cut would; redis-py then retries the
+    command on a new connection, and the server runs it a second time.
+    """
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.listener.getsockname()[1]
+        self.armed = threading.Event()
+        self.lost = 0
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def lose_next_reply(self) -> None:
+        self.armed.set()
+
+    def close(self) -> None:
+        for sock in [self.listener, *self.sockets]:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            self.sockets += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, replies: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                if replies and self.armed.is_set():
+                    self.armed.clear()
+                    self.lost += 1
+                    break
+                sink.sendall(data)
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+@pytest.fixture
+def lossy(client: redis.Redis, prefix: str) -> Iterator[tuple[RedisStore, ReplyLosingProxy]]:
+    """A store whose client talks to Redis through a :class:`ReplyLosingProxy`, with redis-py's default retries.
+
+    ``redis.Redis(host=..., port=...)`` retries a command 10 times by default (a client from
+    ``Redis.from_url`` does not), so a lost reply makes the server run the step again.
+    """
+    where = urlsplit(REDIS_URL)
+    proxy = ReplyLosingProxy((where.hostname or "127.0.0.1", where.port or 6379))
+    db = int(where.path.strip("/") or 0)
+    through = redis.Redis(host="127.0.0.1", port=proxy.port, db=db, password=where.password, socket_timeout=10)
+    with through:
+        through.ping()
+        yield RedisStore(through, prefix=prefix), proxy
+    proxy.close()
+
+
+def _lose_one(proxy: ReplyLosingProxy, call: Callable[[], Any]) -> Any:
+    before = proxy.lost
+    proxy.lose_next_reply()
+    result = call()
+    assert proxy.lost == before + 1  # the reply was lost, and the call retried
+    return result
+
+
+def test_every_step_run_twice_by_a_retry_after_a_lost_reply_counts_once(
+    lossy: tuple[RedisStore, ReplyLosingProxy], client: redis.Redis, prefix: str
+) -> None:
+    store, proxy = lossy
+    direct = RedisStore(client, prefix=prefix)
+    assert _lose_one(proxy, lambda: store.add_steer("retried", "once")) is agent.RunState.IDLE
+    assert [s.text for s in direct.peek_steers("retried")] == ["once"]  # not twice
+    assert _lose_one(proxy, lambda: store.take_steers("retried")) == ["once"]  # not lost
+    claim = _lose_one(proxy, lambda: store.claim("retried", replica="r", lease=30))  # not busy with itself
+    assert direct.info("retried").state is agent.RunState.RUNNING
+    store.add_steer("retried", "pending")
+    steer = direct.peek_steers("retried")[0]
+    messages = numbered_transcript(3)
+    progress = _lose_one(proxy, lambda: store.save_run(claim, messages, taken=[steer.seq], end=agent.RunState.FINISHED))
+    assert progress == Progress()  # released, not "superseded" by its own first run
+    info = direct.info("retried")
+    assert (info.state, info.length, info.pending_steers) == (agent.RunState.FINISHED, 3, 0)
+    _lose_one(proxy, lambda: store.save("retried", [*messages, agent.Message.user("more")]))
+    assert direct.messages("retried") == [*messages, agent.Message.user("more")]
+    _lose_one(proxy, lambda: store.fork("retried", "retried-fork", at=2))  # no conflict with itself
+    assert direct.messages("retried-fork") == messages[:2]
+    claim = store.claim("retried", replica="r", lease=30)
+    store.add_steer("retried", "late")
+    kept = _lose_one(proxy, lambda: store.save_run(claim, messages, end=agent.RunState.FINISHED, unless_steered=True))
+    assert [s.text for s in kept.pending] == ["late"] and direct.info("retried").state is agent.RunState.RUNNING

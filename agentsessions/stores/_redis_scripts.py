@@ -11,13 +11,21 @@ under the store's prefix ``P``; ``<id>`` is the session id's ``encode_text`` byt
   expires (microseconds), ``c`` ``1`` when a cancel was asked.
 - ``P m:<id>``: the transcript, a list of ``dump_message`` bodies, one per message.
 - ``P q:<id>``: the pending steers, a sorted set scored by seq; each member is the seq in
-  16 digits followed by the text, so equal texts stay distinct and a member names its seq.
+  16 digits, the adding call's 8-byte nonce, then the text: equal texts stay distinct, and
+  a member names its seq.
+- ``P t:<nonce>``: what one ``take_steers`` call took, kept for a minute for its retry.
 - ``P sessions``: every record, a sorted set of score 0 whose members are ``u`` followed by
   the id: by lexicographic order, that is (updated_at, id), which ``sessions()`` pages
   through newest first with exclusive bounds, each session once.
 - ``P counters``: a hash with the ``tokens`` and ``steers`` counters, never reset by delete.
 
-Times come from the server's ``TIME``, one clock for every replica. A stamp of 16 digits
+Times come from the server's ``TIME``, one clock for every replica.
+
+Retries: redis-py retries a command after a connection error or a timeout (10 times by
+default), also when the server ran it and only the reply was lost. Every script is safe to
+run twice: a save or fork recognises its own new revision, a claim its nonce, a steer its
+nonce among the pending ones, a take its stash. Only ``delete`` answers ``False`` when its
+first run already deleted. A stamp of 16 digits
 covers microseconds since 1970 until the year 2286.
 """
 
@@ -68,7 +76,9 @@ end
 SAVE = (
     _COMMON
     + """
-local keep = kept(redis.call('HGET', KEYS[1], 'rev'), 2)
+local stored = redis.call('HGET', KEYS[1], 'rev')
+if stored == ARGV[4] then return 1 end  -- this save, retried after its reply was lost
+local keep = kept(stored, 2)
 if keep == nil then return 0 end
 write(KEYS[2], keep, 5)
 redis.call('HSET', KEYS[1], 'rev', ARGV[4])
@@ -86,8 +96,13 @@ SAVE_RUN = (
     _COMMON
     + """
 local rec = redis.call('HMGET', KEYS[1], 'tok', 'st', 'rev', 'lm', 'c')
-if rec[1] ~= ARGV[2] or rec[2] ~= 'running' then return {-1} end
 local n = tonumber(ARGV[5])
+if rec[3] == ARGV[8 + n] and rec[1] == ARGV[2] then  -- this save, retried after its reply was lost
+  if rec[2] ~= 'running' then return {1, '0'} end  -- it released
+  if ARGV[3] ~= '' then return {2, rec[5], unpack(redis.call('ZRANGE', KEYS[4], 0, -1))} end
+  return {1, rec[5]}
+end
+if rec[1] ~= ARGV[2] or rec[2] ~= 'running' then return {-1} end
 local keep = kept(rec[3], 6 + n)
 if keep == nil then return {0} end
 for i = 6, 5 + n do redis.call('ZREMRANGEBYSCORE', KEYS[4], ARGV[i], ARGV[i]) end
@@ -104,25 +119,38 @@ return {1, '0'}
 """
 )
 
-# KEYS: record, steers, counters, index. ARGV: id, text.
+# KEYS: record, steers, counters, index. ARGV: id, text, nonce (8 bytes).
 # Returns {stored state or '', lease expiry or '', now}: the state the steer was stored in.
-# An idempotency key fits here as ARGV[3] with a per-session hash KEYS[5] of key -> seq:
-# HSETNX it before the ZADD, and return the state without adding when it was already set.
+# A caller's idempotency key fits beside the nonce: a per-session hash KEYS[5] of key -> seq,
+# HSETNX'd before the ZADD, returning the state without adding when it was already set
+# (and deleted with the session).
 ADD_STEER = (
     _COMMON
     + """
 ensure(KEYS[1], KEYS[4], ARGV[1])
+local function state()
+  local rec = redis.call('HMGET', KEYS[1], 'st', 'x')
+  return {rec[1] or '', rec[2] or '', int(now_micros())}
+end
+for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  if string.sub(member, 17, 24) == ARGV[3] then return state() end  -- this steer, retried
+end
 local seq = redis.call('HINCRBY', KEYS[3], 'steers', 1)
-redis.call('ZADD', KEYS[2], seq, string.format('%016d', seq) .. ARGV[2])
-local rec = redis.call('HMGET', KEYS[1], 'st', 'x')
-return {rec[1] or '', rec[2] or '', int(now_micros())}
+redis.call('ZADD', KEYS[2], seq, string.format('%016d', seq) .. ARGV[3] .. ARGV[2])
+return state()
 """
 )
 
-# KEYS: steers. Returns the members taken, oldest first.
+# KEYS: steers, this call's stash. Returns the members taken, oldest first; a retry finds
+# them in the stash, which expires after a minute.
 TAKE_STEERS = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return redis.call('LRANGE', KEYS[2], 0, -1) end
 local taken = redis.call('ZRANGE', KEYS[1], 0, -1)
-if #taken > 0 then redis.call('DEL', KEYS[1]) end
+if #taken > 0 then
+  redis.call('DEL', KEYS[1])
+  redis.call('RPUSH', KEYS[2], unpack(taken))
+  redis.call('EXPIRE', KEYS[2], 60)
+end
 return taken
 """
 
@@ -147,7 +175,7 @@ return out
 DELETE = """
 local u = redis.call('HGET', KEYS[1], 'u')
 if u then redis.call('ZREM', KEYS[4], u .. ARGV[1]) end
-return redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+return redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3])  -- a long transcript is freed in the background
 """
 
 # KEYS: record. Returns 1 when a live run was asked to stop.
@@ -168,7 +196,9 @@ return 0
 FORK = (
     _COMMON
     + """
-if redis.call('EXISTS', KEYS[2]) == 1 then return {-1} end
+local existing = redis.call('HGET', KEYS[2], 'rev')
+if existing == ARGV[3] then return {1} end  -- this fork, retried after its reply was lost
+if existing then return {-1} end
 local length = redis.call('LLEN', KEYS[1])
 local at = length
 if ARGV[2] ~= '' then
@@ -185,18 +215,19 @@ return {1}
 """
 )
 
-# KEYS: record, counters, index. ARGV: id, replica, lease in microseconds.
+# KEYS: record, counters, index. ARGV: id, replica, lease in microseconds, nonce.
 # Returns {token}, or {0, holder, lease expiry} when a live lease holds it.
 CLAIM = (
     _COMMON
     + """
 ensure(KEYS[1], KEYS[3], ARGV[1])
-local r = redis.call('HMGET', KEYS[1], 'st', 'x', 'h')
+local r = redis.call('HMGET', KEYS[1], 'st', 'x', 'h', 'n', 'tok')
+if r[1] == 'running' and r[4] == ARGV[4] then return {tonumber(r[5])} end  -- this claim, retried
 local now = now_micros()
 if r[1] == 'running' and tonumber(r[2]) > now then return {0, r[3], r[2]} end
 local token = redis.call('HINCRBY', KEYS[2], 'tokens', 1)
 redis.call('HSET', KEYS[1], 'st', 'running', 'tok', token, 'h', ARGV[2], 'lm', ARGV[3],
-           'x', int(now + tonumber(ARGV[3])), 'c', '0')
+           'x', int(now + tonumber(ARGV[3])), 'c', '0', 'n', ARGV[4])
 return {token}
 """
 )

@@ -19,6 +19,7 @@ after trimming the stored list, if that revision is still stored (else it sends 
 from __future__ import annotations
 
 import datetime
+import secrets
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -59,7 +60,8 @@ PAGE_SIZE = 500
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _MICROSECOND = datetime.timedelta(microseconds=1)
 _NEVER = b"0" * 16  # the index stamp of a record never saved
-_STAMP = 16  # digits of a stamp, and of a steer's seq before its text
+_STAMP = 16  # digits of a stamp, and of a steer's seq
+_NONCE = 8  # bytes of a call's nonce (a steer's sits between its seq and its text)
 
 
 class RedisStore:
@@ -143,14 +145,14 @@ class RedisStore:
         check_steer(text)
         keys = [self._record(key), self._steers(key), self._counters, self._index]
         with self._errors("add a steer", session_id):
-            stored, expires, now = self._add_steer(keys, [key, encode_text(text)])
+            stored, expires, now = self._add_steer(keys, [key, encode_text(text), _nonce()])
         return derive_state(_text(stored) or None, _time(expires), _moment(now))
 
     def take_steers(self, session_id: str) -> list[str]:
         """Remove and return the waiting steers, oldest first; each goes to exactly one caller."""
         key = encode_text(check_session_id(session_id))
         with self._errors("take steers", session_id):
-            taken = self._take_steers([self._steers(key)])
+            taken = self._take_steers([self._steers(key), self._prefix + b"t:" + _nonce()])
         return [_steer(member).text for member in taken]
 
     # --- Records: info, listing, delete, cancel ---------------------------------------------
@@ -233,7 +235,7 @@ class RedisStore:
         key = encode_text(check_session_id(session_id))
         keys = [self._record(key), self._counters, self._index]
         with self._errors("claim", session_id):
-            outcome = self._claim(keys, [key, encode_text(replica), _span(lease)])
+            outcome = self._claim(keys, [key, encode_text(replica), _span(lease), _nonce()])
         if outcome[0] == 0:
             raise busy(session_id, _text(outcome[1]), _time(outcome[2]))
         return Claim(session_id, int(outcome[0]), replica, lease)
@@ -328,7 +330,12 @@ def _info(session_id: str, stamp: bytes, fields: Sequence[bytes], length: int, p
 
 
 def _steer(member: bytes) -> Steer:
-    return Steer(int(member[:_STAMP]), decode_text(member[_STAMP:]))
+    return Steer(int(member[:_STAMP]), decode_text(member[_STAMP + _NONCE :]))
+
+
+def _nonce() -> bytes:
+    """What names one call across redis-py's retries of it."""
+    return secrets.token_bytes(_NONCE)
 
 
 def _text(data: bytes | None) -> str:
