@@ -136,7 +136,7 @@ def test_keys_stay_under_the_prefix_and_delete_leaves_none(client: redis.Redis, 
     store.add_steer(weird, "steer")
     claim = store.claim(weird, replica="r", lease=30)
     store.save_run(claim, numbered_transcript(4), end=agent.RunState.FINISHED)
-    other = RedisStore(client, prefix=prefix + "other:")
+    other = RedisStore(client, prefix=prefix[:-1] + "-other:")  # a sibling: neither starts with the other
     assert other.info(weird) == agent.SessionInfo(weird)
     assert list(other.sessions()) == []
     assert store.delete(weird)

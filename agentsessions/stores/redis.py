@@ -71,6 +71,9 @@ class RedisStore:
     (``socket_timeout`` bounds every call) and retries; the store never closes it. It must
     return bytes (``decode_responses=False``, the default): ids and texts are stored as
     bytes that round-trip any ``str``. Safe to share between threads, as the client is.
+
+    Stores in one Redis database need prefixes of which none starts with another
+    (``app:`` and ``app:s:`` would share keys); ``app:a:`` and ``app:b:`` are fine.
     """
 
     def __init__(self, client: redis.Redis, *, prefix: str = "agentsessions:") -> None:
