@@ -183,12 +183,16 @@ class ReplyLosingProxy:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self.listener.getsockname()[1]
         self.armed = threading.Event()
-        self.lost = 0
+        self.lost, self.stalled = 0, False
         self.sockets: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     def lose_next_reply(self) -> None:
         self.armed.set()
+
+    def stall(self) -> None:
+        """Drop every reply from now on, keeping the connections open: a server that stopped answering."""
+        self.stalled = True
 
     def close(self) -> None:
         for sock in [self.listener, *self.sockets]:
@@ -210,6 +214,8 @@ class ReplyLosingProxy:
     def _pump(self, source: socket.socket, sink: socket.socket, replies: bool) -> None:
         with contextlib.suppress(OSError):
             while data := source.recv(65536):
+                if replies and self.stalled:
+                    continue
                 if replies and self.armed.is_set():
                     self.armed.clear()
                     self.lost += 1
@@ -270,3 +276,17 @@ def test_every_step_run_twice_by_a_retry_after_a_lost_reply_counts_once(
     store.add_steer("retried", "late")
     kept = _lose_one(proxy, lambda: store.save_run(claim, messages, end=agent.RunState.FINISHED, unless_steered=True))
     assert [s.text for s in kept.pending] == ["late"] and direct.info("retried").state is agent.RunState.RUNNING
+
+
+def test_a_server_that_stops_answering_is_a_store_error_after_the_clients_timeout(
+    lossy: tuple[RedisStore, ReplyLosingProxy], prefix: str
+) -> None:
+    _, proxy = lossy
+    # No retries, as a client from Redis.from_url has: the timeout ends the call.
+    with redis.Redis(host="127.0.0.1", port=proxy.port, socket_timeout=0.5, retry=None) as quiet:
+        store = RedisStore(quiet, prefix=prefix)
+        store.save("quiet", numbered_transcript(2))
+        proxy.stall()
+        with pytest.raises(agent.StoreError, match=r"^Redis store could not claim for session 'quiet': ") as caught:
+            store.claim("quiet", replica="r", lease=30)
+        assert isinstance(caught.value.__cause__, redis.TimeoutError)
