@@ -23,6 +23,8 @@ import redis
 from backends import delete_prefix, open_redis
 from conftest import REDIS_URL, check_replicas_notice_each_other, numbered_transcript, require_server
 from crossprocess import check_steers_across_processes
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 import agentsessions as agent
 from agentsessions.runs import Progress, Renewal
@@ -283,7 +285,7 @@ def test_a_server_that_stops_answering_is_a_store_error_after_the_clients_timeou
 ) -> None:
     _, proxy = lossy
     # No retries, as a client from Redis.from_url has: the timeout ends the call.
-    with redis.Redis(host="127.0.0.1", port=proxy.port, socket_timeout=0.5, retry=None) as quiet:
+    with redis.Redis(host="127.0.0.1", port=proxy.port, socket_timeout=0.5, retry=Retry(NoBackoff(), 0)) as quiet:
         store = RedisStore(quiet, prefix=prefix)
         store.save("quiet", numbered_transcript(2))
         proxy.stall()
