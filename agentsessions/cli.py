@@ -27,6 +27,8 @@ Store URLs (--store, else the AGENTSESSIONS_STORE environment variable):
   mysql://user:password@host:3306/db                   needs: pip install agentsessions[mysql]
   mongodb://user:password@host:27017/db (or mongodb+srv://; the database is the path)
                                                        needs: pip install agentsessions[mongodb]
+  redis://user:password@host:6379/0 (or rediss://; ?prefix=myapp: for the key prefix,
+      default agentsessions:)                          needs: pip install agentsessions[redis]
   The command opens its own connections and closes them before it exits. A password in
   the URL never appears in any output: URLs are shown as postgresql://user:***@host/db.
 
@@ -58,8 +60,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any, NoReturn
-from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit, urlunsplit
+from typing import IO, NoReturn
 
 import attrs
 
@@ -68,10 +69,10 @@ from agentsessions.codec import dumps, loads
 from agentsessions.errors import AgentSessionsError, ConflictError, StoreError
 from agentsessions.runs import RunState, SessionInfo, utcnow
 from agentsessions.session import ForkStore, RunStore
+from agentsessions.stores.urls import StoreURL, mask_urls, open_url, parse_url
 
 PROG = "agentsessions"
 ENVIRONMENT = "AGENTSESSIONS_STORE"
-CONNECT_TIMEOUT = 5  # seconds: a store that does not answer fails the command, it does not hang it
 
 
 class Exit(enum.IntEnum):
@@ -93,69 +94,15 @@ class CliError(Exception):
         self.code = code
 
 
-# --- Store URLs and their passwords ----------------------------------------------------------
-
-_SECRET_KEYS = frozenset({"password", "pass", "pwd", "sslpassword"})
-# Any URL-like userinfo with a password, in any text: the net under the exact masking below.
-_ANY_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*:)[^\s/?#]*@")
-
-
-@attrs.frozen
-class StoreURL:
-    """A store URL, the secrets in it, and how it may be shown."""
-
-    raw: str
-    scheme: str
-    secrets: tuple[str, ...]
-    shown: str
-
-    def mask(self, text: str) -> str:
-        """``text`` with every secret of this URL, and any URL's password, replaced by ``***``."""
-        for secret in self.secrets:
-            text = text.replace(secret, "***")
-        return mask_urls(text)
-
-
-def mask_urls(text: str) -> str:
-    """``text`` with the password of every URL in it replaced by ``***``."""
-    return _ANY_USERINFO.sub(r"\1***@", text)
+# --- Store URLs (the parser and the openers are agentsessions.stores.urls) -------------------
 
 
 def parse_store_url(raw: str) -> StoreURL:
     """Read a store URL; a URL that cannot be read is a :class:`CliError` that shows only its scheme."""
-    # What a careless URL's password may be (a raw `/` or `@` in it cuts the URL elsewhere):
-    # everything between the scheme's first `:` after `://` and the last `@`, masked too.
-    loose = raw.partition("://")[2].rpartition("@")[0].partition(":")[2]
-    secrets: set[str] = {loose, unquote(loose)}
     try:
-        parts = urlsplit(raw)
-        parts.port  # noqa: B018  (reading it checks it)
-    except ValueError:
-        # urlsplit's own message may quote the password; it is not repeated.
-        scheme = raw.partition("://")[0] if "://" in raw else "?"
-        raise CliError(
-            Exit.USAGE,
-            f"cannot read the store URL ({scheme}://...): percent-encode @ : / ? # in its user and password "
-            "(%40 %3A %2F %3F %23)",
-        ) from None
-    netloc = parts.netloc
-    if parts.password is not None:
-        secrets.update((parts.password, unquote(parts.password)))
-        userinfo, _, host = netloc.rpartition("@")
-        netloc = f"{userinfo.partition(':')[0]}:***@{host}"
-    pieces = []
-    for piece in parts.query.split("&") if parts.query else []:
-        key, equals, value = piece.partition("=")
-        if unquote(key).lower() in _SECRET_KEYS and value:
-            secrets.update((value, unquote(value)))
-            value = "***"
-        pieces.append(key + equals + value)
-    url = StoreURL(raw, parts.scheme.lower(), tuple(sorted(filter(None, secrets), key=len, reverse=True)), "")
-    # Longest secrets first, so none leaves a piece of a longer one behind.
-    return attrs.evolve(url, shown=url.mask(urlunsplit(parts._replace(netloc=netloc, query="&".join(pieces)))))
-
-
-# --- Opening a store from its URL ------------------------------------------------------------
+        return parse_url(raw)
+    except ValueError as error:
+        raise CliError(Exit.USAGE, str(error)) from None
 
 
 @contextlib.contextmanager
@@ -163,132 +110,16 @@ def open_store(url: StoreURL, *, create: bool = False) -> Iterator[RunStore]:
     """The store ``url`` names, over connections this command opens and closes.
 
     ``create``: a SQLite file that does not exist is made (only ``import`` asks for it).
+    What fails while opening is the command's error, with the exit code it calls for.
     """
-    parts = urlsplit(url.raw)
-    openers: dict[str, Callable[[StoreURL, SplitResult], contextlib.AbstractContextManager[RunStore]]] = {
-        "sqlite": functools.partial(_sqlite, create=create),
-        "postgresql": _postgres,
-        "postgres": _postgres,
-        "mysql": _mysql,
-        "mongodb": _mongodb,
-        "mongodb+srv": _mongodb,
-    }
-    opener = openers.get(url.scheme)
-    if opener is None:
-        raise CliError(
-            Exit.USAGE,
-            f"unknown store URL {url.shown}: use sqlite:///path, postgresql://..., mysql://... or mongodb://.../db",
-        )
-    with opener(url, parts) as store:
-        yield store
-
-
-def _driver(extra: str) -> NoReturn:
-    raise CliError(Exit.STORE, f"the {extra} store needs its driver: pip install agentsessions[{extra}]")
-
-
-@contextlib.contextmanager
-def _sqlite(url: StoreURL, parts: SplitResult, *, create: bool) -> Iterator[RunStore]:
-    from agentsessions.stores import sqlite
-
-    if parts.netloc or parts.query or parts.fragment or not parts.path:
-        raise CliError(Exit.USAGE, f"a SQLite URL is sqlite:///absolute/path or sqlite:relative/path, got {url.shown}")
-    path = Path(unquote(parts.path))
-    if not create and not path.is_file():
-        raise CliError(Exit.STORE, f"no SQLite file at {str(path)!r} (only import creates one)")
-    store = sqlite.open(path)
-    try:
-        yield store
-    finally:
-        store.close()
-
-
-@contextlib.contextmanager
-def _postgres(url: StoreURL, _: SplitResult) -> Iterator[RunStore]:
-    try:
-        import psycopg
-        from psycopg.conninfo import conninfo_to_dict
-        from psycopg_pool import ConnectionPool, PoolTimeout
-
-        from agentsessions.stores import postgres
-    except ImportError:
-        _driver("postgres")
-    try:
-        options = {} if "connect_timeout" in conninfo_to_dict(url.raw) else {"connect_timeout": CONNECT_TIMEOUT}
-        # The pool keeps why it could not connect to itself (it logs and retries until its
-        # timeout); one connection of our own first turns a wrong password into its reason.
-        psycopg.connect(url.raw, **options).close()  # type: ignore[arg-type]
-    except psycopg.ProgrammingError as error:
-        raise CliError(Exit.USAGE, f"cannot read the store URL {url.shown}: {error}") from None
-    except psycopg.Error as error:
-        raise CliError(Exit.STORE, f"cannot connect to {url.shown}: {error}") from None
-    # The store's bounded check when this version has it; the pool's own otherwise.
-    check = getattr(postgres, "check_connection", ConnectionPool.check_connection)
-    pool: ConnectionPool[Any] = ConnectionPool(
-        url.raw, kwargs=options, min_size=1, max_size=2, check=check, open=False, name=PROG
-    )
-    try:
+    with contextlib.ExitStack() as stack:
         try:
-            pool.open(wait=True, timeout=2 * CONNECT_TIMEOUT)
-        except PoolTimeout:
-            why = f"no connection within {2 * CONNECT_TIMEOUT} s"
-            raise CliError(Exit.STORE, f"cannot connect to {url.shown}: {why}") from None
-        yield postgres.PostgresStore(pool)
-    finally:
-        pool.close()
-
-
-@contextlib.contextmanager
-def _mysql(url: StoreURL, parts: SplitResult) -> Iterator[RunStore]:
-    try:
-        import pymysql
-
-        from agentsessions.stores import mysql
-    except ImportError:
-        _driver("mysql")
-    database = unquote(parts.path.lstrip("/"))
-    if not database or "/" in database or parts.query or parts.fragment:
-        raise CliError(Exit.USAGE, f"a MySQL URL is mysql://user:password@host:port/database, got {url.shown}")
-    # A new connection per call (the command makes a few), each with the timeouts the store asks for.
-    connect = functools.partial(
-        pymysql.connect,
-        host=parts.hostname or "localhost",
-        port=parts.port or 3306,
-        user=unquote(parts.username) if parts.username is not None else None,
-        password=unquote(parts.password or ""),
-        database=database,
-        connect_timeout=CONNECT_TIMEOUT,
-        read_timeout=30,
-        write_timeout=30,
-        init_command="SET SESSION innodb_lock_wait_timeout = 10",
-    )
-    yield mysql.MySQLStore(connect)
-
-
-@contextlib.contextmanager
-def _mongodb(url: StoreURL, parts: SplitResult) -> Iterator[RunStore]:
-    try:
-        import pymongo
-        from pymongo.errors import PyMongoError
-
-        from agentsessions.stores import mongodb
-    except ImportError:
-        _driver("mongodb")
-    database = unquote(parts.path.lstrip("/"))
-    if not database:
-        raise CliError(Exit.USAGE, f"a MongoDB URL names its database: mongodb://host:27017/database, got {url.shown}")
-    given = {key.lower() for key, _ in parse_qsl(parts.query)}
-    options: dict[str, Any] = {}
-    if "serverselectiontimeoutms" not in given:
-        options["serverSelectionTimeoutMS"] = CONNECT_TIMEOUT * 1000
-    try:
-        client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(url.raw, **options)
-    except PyMongoError as error:  # a URL pymongo cannot read (it does no I/O here but DNS for +srv)
-        raise CliError(Exit.USAGE, f"cannot use the store URL {url.shown}: {error}") from None
-    try:
-        yield mongodb.MongoStore(client[database])
-    finally:
-        client.close()
+            store = stack.enter_context(open_url(url, create=create))
+        except ValueError as error:
+            raise CliError(Exit.USAGE, str(error)) from None
+        except (StoreError, ImportError) as error:  # unreachable, no file, no driver
+            raise CliError(Exit.STORE, str(error)) from None
+        yield store
 
 
 # --- The commands ----------------------------------------------------------------------------

@@ -119,10 +119,10 @@ def long_runs(sizes: Sizes, skip: dict[str, str], folder: str) -> dict[str, Long
 
 @contextlib.contextmanager
 def servers(pool_size: int) -> Iterator[list[suite_stores.Target]]:
-    """PostgreSQL and MariaDB targets that can be reached, saying why any other is skipped."""
+    """PostgreSQL, MariaDB and Redis targets that can be reached, saying why any other is skipped."""
     with contextlib.ExitStack() as stack:
         found = []
-        for opener in (suite_stores.postgres_target, suite_stores.mysql_target):
+        for opener in (suite_stores.postgres_target, suite_stores.mysql_target, suite_stores.redis_target):
             try:
                 found.append(stack.enter_context(opener(pool_size)))
             except Exception as error:  # a missing driver or server: say so and go on
@@ -269,8 +269,8 @@ def run_sections(sizes: Sizes, skip: dict[str, str], folder: str, goals: list[st
         reads = suite_stores.read_times(folder, messages, rounds, not skip["OpenAI Agents"])
         report_read(reads, f"{count:,} messages, {workload}", goals)
     section(
-        f"a save (one message onto 20), a lease renewal, one bare commit (SQLite) or SELECT 1 round trip "
-        f"(servers; and one autocommitted one-row UPDATE, the bare write): medians of {sizes.repeats}"
+        f"a save (one message onto 20), a lease renewal, one bare commit (SQLite) or SELECT 1 / PING round trip "
+        f"(servers; and one autocommitted one-row UPDATE / SET, the bare write): medians of {sizes.repeats}"
     )
     for durable in (False, True):
         with suite_stores.sqlite_target(folder, durable) as target:

@@ -9,8 +9,8 @@ way a run saves it, against the raw size of its messages (their codec JSON). A s
 driver or server is missing is skipped, with the reason. Goals: t(2000)/t(20) <= 1.5,
 stored/raw <= 1.2.
 
-Servers: PostgreSQL and MariaDB as in tests/conftest.py (each in a scratch schema or
-database, dropped at the end); MongoDB at AGENTSESSIONS_TEST_MONGODB, or else a SecantusDB
+Servers: PostgreSQL, MariaDB and Redis as in tests/conftest.py (each in a scratch schema,
+database or key prefix, dropped at the end); MongoDB at AGENTSESSIONS_TEST_MONGODB, or else a SecantusDB
 server started in this process, whose timings and sizes are its own, not MongoDB's.
 """
 
@@ -45,6 +45,7 @@ MYSQL: dict[str, Any] = {
     "password": os.environ.get("AGENTSESSIONS_TEST_MYSQL_PASSWORD", ""),
 }
 MONGODB_URI = os.environ.get("AGENTSESSIONS_TEST_MONGODB", "")
+REDIS_URL = os.environ.get("AGENTSESSIONS_TEST_REDIS", "redis://127.0.0.1:6379/0")
 
 
 @attrs.frozen
@@ -268,12 +269,37 @@ def mongodb_database() -> Iterator[Backend]:
         yield Backend(mongodb.MongoStore(database), size, f"collStats size + totalIndexSize (uncompressed){note}")
 
 
+@contextlib.contextmanager
+def redis_prefix() -> Iterator[Backend]:
+    """Redis at AGENTSESSIONS_TEST_REDIS, under a scratch key prefix whose keys are deleted at the end."""
+    import redis
+
+    from agentsessions.stores.redis import RedisStore
+
+    prefix = f"agentsessions_bench_{secrets.token_hex(4)}:"
+    with redis.Redis.from_url(REDIS_URL, socket_connect_timeout=5) as client:
+        client.ping()
+
+        def keys() -> list[Any]:
+            return list(client.scan_iter(match=prefix + "*", count=1000))  # the prefix has no glob character
+
+        def size() -> int:
+            return sum(int(client.memory_usage(key, samples=0) or 0) for key in keys())
+
+        try:
+            yield Backend(RedisStore(client, prefix=prefix), size, "MEMORY USAGE of every key (in RAM)")
+        finally:
+            for key in keys():
+                client.unlink(key)
+
+
 STORES: dict[str, Callable[[], contextlib.AbstractContextManager[Backend]]] = {
     "memory": memory,
     "sqlite": sqlite_file,
     "postgres": postgres_schema,
     "mysql": mysql_database,
     "mongodb": mongodb_database,
+    "redis": redis_prefix,
 }
 
 

@@ -1,8 +1,8 @@
 """The suite's store figures: reading a long transcript, a save and a lease renewal against one
 bare commit or round trip, and saves per second from many threads on one pool.
 
-Servers as in tests/conftest.py (PostgreSQL and MariaDB on 127.0.0.1), each measured in a
-scratch schema or database of its own, dropped at the end; a server that cannot be reached
+Servers as in tests/conftest.py (PostgreSQL, MariaDB and Redis on 127.0.0.1), each measured
+in a scratch schema, database or key prefix of its own, dropped at the end; a server that cannot be reached
 is skipped, with the reason.
 """
 
@@ -23,7 +23,7 @@ import attrs
 import agentsessions as agent
 from agentsessions.messages import ContentType, Role
 from agentsessions.stores import sqlite
-from benchmarks.save_scaling import MYSQL, POSTGRES_DSN
+from benchmarks.save_scaling import MYSQL, POSTGRES_DSN, REDIS_URL
 
 
 @attrs.frozen
@@ -240,6 +240,24 @@ def mysql_target(pool_size: int) -> Iterator[Target]:
         with admin.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS {name}")
         admin.close()
+
+
+@contextlib.contextmanager
+def redis_target(pool_size: int) -> Iterator[Target]:
+    """Redis under a scratch key prefix; the bare round trip is ``PING``, the bare write one ``SET``."""
+    import redis
+
+    from agentsessions.stores.redis import RedisStore
+
+    prefix = f"agentsessions_suite_{secrets.token_hex(4)}:"
+    with redis.Redis.from_url(REDIS_URL, max_connections=pool_size, socket_connect_timeout=5) as client:
+        client.ping()
+        try:
+            bare_key = prefix + "bare"
+            yield Target("redis", RedisStore(client, prefix=prefix), client.ping, lambda: client.set(bare_key, b"1"))
+        finally:
+            for key in client.scan_iter(match=prefix + "*", count=1000):  # the prefix has no glob character
+                client.unlink(key)
 
 
 # --- Saves per second from many threads -----------------------------------------------------------

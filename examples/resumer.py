@@ -1,7 +1,11 @@
 """The cron job: resume every run whose process died, through the library alone.
 
     python examples/resumer.py --store sqlite:///sessions.db [--max-parallel 4] [--model anthropic:MODEL]
-    python examples/resumer.py --store postgresql://postgres@127.0.0.1/test [--schema public]
+    python examples/resumer.py --store "postgresql://postgres@127.0.0.1/test?options=-csearch_path%3Dmyschema"
+    python examples/resumer.py --store "redis://127.0.0.1:6379/0?prefix=myapp:"
+
+``--store`` is any URL ``agentsessions.stores.from_url`` opens (SQLite, PostgreSQL, MySQL,
+MongoDB, Redis), the same the ``agentsessions`` command takes.
 
 It lists the ``STALLED`` sessions (``store.sessions(state=RunState.STALLED)``: a run held
 each and its lease ran out, so its process died or hangs, or it had no step left for a
@@ -29,12 +33,11 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from contextlib import contextmanager
-from typing import Any
 
 import agentsessions as agent
+from agentsessions import stores
 
 Agent = Callable[[agent.StoreSession], tuple[agent.Spec, agent.Endpoint]]
 """What the service runs for a session: its spec (with the session in it) and its model."""
@@ -129,34 +132,9 @@ def resume_all(store: agent.RunStore, make: Agent, *, max_parallel: int, replica
     return ok
 
 
-@contextmanager
-def open_store(url: str, schema: str, connections: int) -> Iterator[agent.RunStore]:
-    """``sqlite:///PATH``, or a PostgreSQL conninfo (``postgresql://...`` or ``host=... dbname=...``)."""
-    if url.startswith("sqlite:///"):
-        from agentsessions.stores import sqlite
-
-        store = sqlite.open(url.removeprefix("sqlite:///"))
-        try:
-            yield store
-        finally:
-            store.close()
-        return
-    from psycopg_pool import ConnectionPool
-
-    from agentsessions.stores import postgres
-
-    options: dict[str, Any] = {"connect_timeout": 5, "options": f"-c search_path={schema}"}
-    pool: ConnectionPool[Any] = ConnectionPool(
-        url, kwargs=options, check=postgres.check_connection, min_size=1, max_size=connections, open=True
-    )
-    with pool:
-        yield postgres.PostgresStore(pool)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--store", required=True, help="sqlite:///PATH or a PostgreSQL conninfo")
-    parser.add_argument("--schema", default="public", help="PostgreSQL: the schema holding the tables")
+    parser.add_argument("--store", required=True, help="a store URL: sqlite:///PATH, postgresql://..., redis://...")
     parser.add_argument("--max-parallel", type=int, default=4, help="how many sessions to resume at once")
     parser.add_argument("--model", default="", help="anthropic:MODEL or openai:MODEL; the offline demo without")
     parser.add_argument("--replica", default=None, help="this job's name in SessionInfo.holder")
@@ -168,7 +146,7 @@ def main() -> int:
         return service_agent(session, args.model)
 
     # A connection for each run, one for the heartbeat, one for the listing.
-    with open_store(args.store, args.schema, args.max_parallel + 2) as store:
+    with stores.from_url(args.store, connections=args.max_parallel + 2) as store:
         ok = resume_all(store, make, max_parallel=args.max_parallel, replica=args.replica)
     return 0 if ok else 1
 

@@ -15,10 +15,23 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import agentsessions as agent
 
 Opener = Callable[[], AbstractContextManager[Any]]
+
+
+def postgres_url(dsn: str, schema: str, password: str | None = None) -> str:
+    """A ``postgresql://`` URL for the conninfo ``dsn``, working in ``schema`` (with ``password``, if given)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    settings = conninfo_to_dict(dsn)
+    user = quote(str(settings.get("user", "postgres")))
+    secret = password if password is not None else settings.get("password")
+    userinfo = f"{user}:{quote(str(secret))}" if secret else user
+    where = f"{settings.get('host', '127.0.0.1')}:{settings.get('port', 5432)}/{settings.get('dbname', 'test')}"
+    return f"postgresql://{userinfo}@{where}?options=-csearch_path%3D{schema}"
 
 
 @contextlib.contextmanager
@@ -73,6 +86,16 @@ def open_mongodb(uri: str, database: str) -> Iterator[agent.RunStore]:
     client: pymongo.MongoClient[dict[str, Any]]
     with pymongo.MongoClient(uri, serverSelectionTimeoutMS=5000) as client:
         yield mongodb.MongoStore(client[database])
+
+
+@contextlib.contextmanager
+def open_redis(url: str, prefix: str) -> Iterator[agent.RunStore]:
+    import redis
+
+    from agentsessions.stores.redis import RedisStore
+
+    with redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=5) as client:
+        yield RedisStore(client, prefix=prefix)
 
 
 @contextlib.contextmanager
@@ -139,3 +162,30 @@ def scratch_mongodb(uri: str) -> Iterator[Opener]:
             yield functools.partial(open_mongodb, uri, name)
         finally:
             client.drop_database(name)
+
+
+@contextlib.contextmanager
+def scratch_redis(url: str) -> Iterator[Opener]:
+    """A random prefix of its own in the Redis at ``url``; its keys are deleted at the end."""
+    import redis
+
+    prefix = f"agentsessions_crash_{secrets.token_hex(4)}:"
+    with redis.Redis.from_url(url, socket_connect_timeout=5) as client:
+        client.ping()  # a missing server fails here, before anything is yielded
+        try:
+            yield functools.partial(open_redis, url, prefix)
+        finally:
+            delete_prefix(client, prefix)
+
+
+def delete_prefix(client: Any, prefix: str) -> None:
+    """Delete every key under ``prefix`` (SCAN, never KEYS: the server keeps answering others)."""
+    pattern = "".join("\\" + c if c in "*?[]\\" else c for c in prefix) + "*"
+    batch: list[bytes] = []
+    for key in client.scan_iter(match=pattern, count=1000):
+        batch.append(key)
+        if len(batch) == 1000:
+            client.unlink(*batch)
+            batch.clear()
+    if batch:
+        client.unlink(*batch)

@@ -24,10 +24,12 @@ MYSQL_USER = os.environ.get("AGENTSESSIONS_TEST_MYSQL_USER", "root")
 MYSQL_PASSWORD = os.environ.get("AGENTSESSIONS_TEST_MYSQL_PASSWORD", "")
 # Unset: the tests start a SecantusDB server (a MongoDB wire-protocol server) in-process.
 MONGODB_URI = os.environ.get("AGENTSESSIONS_TEST_MONGODB", "")
+REDIS_URL = os.environ.get("AGENTSESSIONS_TEST_REDIS", "redis://127.0.0.1:6379/0")
 
 HOW_TO_START = {
     "PostgreSQL": "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start",
     "MariaDB": "start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd",
+    "Redis": "redis-server --daemonize yes",
     "MongoDB": 'pip install "SecantusDB==0.7.0b3" (the tests start it), or set AGENTSESSIONS_TEST_MONGODB',
 }
 

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-FORBIDDEN = ("psycopg", "psycopg_pool", "pymysql", "pymongo", "hypothesis", "agentsessions.stores", "requests")
+FORBIDDEN = ("psycopg", "psycopg_pool", "pymysql", "pymongo", "redis", "hypothesis", "agentsessions.stores", "requests")
 
 
 def test_importing_the_package_loads_no_driver_and_no_store() -> None:

@@ -20,7 +20,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import attrs
 import pytest
-from backends import Opener, scratch_mongodb, scratch_mysql, scratch_postgres
+from backends import Opener, postgres_url, scratch_mongodb, scratch_mysql, scratch_postgres, scratch_redis
 from conftest import (
     MONGODB_URI,
     MYSQL_HOST,
@@ -28,6 +28,7 @@ from conftest import (
     MYSQL_PORT,
     MYSQL_USER,
     POSTGRES_DSN,
+    REDIS_URL,
     require_server,
     wait_for,
 )
@@ -76,17 +77,6 @@ class Backend:
 # --- Where the stores are -------------------------------------------------------------------
 
 
-def _postgres_url(dsn: str, schema: str, password: str | None = None) -> str:
-    from psycopg.conninfo import conninfo_to_dict
-
-    settings = conninfo_to_dict(dsn)
-    user = quote(str(settings.get("user", "postgres")))
-    secret = password if password is not None else settings.get("password")
-    userinfo = f"{user}:{quote(str(secret))}" if secret else user
-    where = f"{settings.get('host', '127.0.0.1')}:{settings.get('port', 5432)}/{settings.get('dbname', 'test')}"
-    return f"postgresql://{userinfo}@{where}?options=-csearch_path%3D{schema}"
-
-
 def _mysql_url(host: str, port: int, user: str, password: str, database: str) -> str:
     userinfo = f"{quote(user)}:{quote(password)}" if password else quote(user)
     return f"mysql://{userinfo}@{host}:{port}/{database}"
@@ -97,13 +87,14 @@ def _mongodb_url(uri: str, database: str) -> str:
 
 
 URLS: dict[str, tuple[str, Callable[[], contextlib.AbstractContextManager[Opener]], Callable[..., str]]] = {
-    "postgres": ("PostgreSQL", lambda: scratch_postgres(POSTGRES_DSN), lambda dsn, schema: _postgres_url(dsn, schema)),
+    "postgres": ("PostgreSQL", lambda: scratch_postgres(POSTGRES_DSN), lambda dsn, schema: postgres_url(dsn, schema)),
     "mysql": ("MariaDB", lambda: scratch_mysql(MYSQL_HOST, MYSQL_PORT, MYSQL_USER, MYSQL_PASSWORD), _mysql_url),
     "mongodb": ("MongoDB", lambda: scratch_mongodb(MONGODB_URI), _mongodb_url),
+    "redis": ("Redis", lambda: scratch_redis(REDIS_URL), lambda url, prefix: f"{url}?prefix={quote(prefix)}"),
 }
 
 
-@pytest.fixture(params=["sqlite", "postgres", "mysql", "mongodb"])
+@pytest.fixture(params=["sqlite", "postgres", "mysql", "mongodb", "redis"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     with contextlib.ExitStack() as stack:
         if request.param == "sqlite":
@@ -331,7 +322,8 @@ def test_usage_errors_and_help(sqlite_url: tuple[str, agent.RunStore], tmp_path:
     (tmp_path / "good.json").write_text(agent.dumps([agent.Message.user("hi")]), encoding="utf-8")
     assert cli("--store", f"sqlite://{fresh}", "import", "x", str(tmp_path / "good.json")).code == 0
     assert cli("--store", f"sqlite://{fresh}", "export", "x").out == agent.dumps([agent.Message.user("hi")]) + "\n"
-    for wrong in ("sqlite://host/x.db", "redis://localhost/0", "mysql://root@localhost/", "mongodb://localhost"):
+    wrongs = ("sqlite://host/x.db", "redis://localhost/x", "mysql://root@localhost/", "mongodb://localhost", "ftp://x")
+    for wrong in wrongs:
         assert cli("--store", wrong, "list").code == Exit.USAGE, wrong
     missing = cli("--store", f"sqlite://{tmp_path / 'nope.db'}", "list")
     assert missing.code == Exit.STORE and not (tmp_path / "nope.db").exists()
@@ -381,7 +373,7 @@ def test_store_urls_are_shown_with_the_password_masked() -> None:
 def test_postgres_errors_never_show_the_password() -> None:
     require_server("PostgreSQL", lambda: __import__("psycopg").connect(POSTGRES_DSN, connect_timeout=5).close())
     schema = "agentsessions_no_such_schema"
-    wrong = _never_shows(cli("--store", _postgres_url(POSTGRES_DSN, schema, SECRET), "list"))
+    wrong = _never_shows(cli("--store", postgres_url(POSTGRES_DSN, schema, SECRET), "list"))
     # A server that trusts this address takes any password: then the schema is what is missing.
     assert wrong.code == Exit.STORE and ":***@" in wrong.err
     unreachable = _never_shows(cli("--store", f"postgresql://postgres:{SECRET}@127.0.0.1:1/test", "list"))
@@ -413,6 +405,16 @@ def test_mongodb_errors_never_show_the_password() -> None:
     assert unreachable.code == Exit.STORE and "mongodb://app:***@127.0.0.1:1/db" in unreachable.err
 
 
+def test_redis_errors_never_show_the_password() -> None:
+    require_server("Redis", lambda: __import__("redis").Redis.from_url(REDIS_URL, socket_connect_timeout=5).ping())
+    unreachable = _never_shows(cli("--store", f"redis://app:{SECRET}@127.0.0.1:1/0", "list"))
+    assert unreachable.code == Exit.STORE and "redis://app:***@127.0.0.1:1/0" in unreachable.err
+    # This server has no user `app`: it refuses the password, and the refusal does not repeat it.
+    host = urlsplit(REDIS_URL).netloc.rpartition("@")[2]
+    refused = _never_shows(cli("--store", f"redis://app:{SECRET}@{host}/0", "list"))
+    assert refused.code == Exit.STORE and f"redis://app:***@{host}/0" in refused.err
+
+
 # --- As a real process ----------------------------------------------------------------------
 
 
@@ -435,7 +437,7 @@ def test_python_m_agentsessions_on_postgres_pipes_export_into_import() -> None:
         opener: Any = require_server("PostgreSQL", lambda: stack.enter_context(scratch_postgres(POSTGRES_DSN)))
         store = stack.enter_context(opener())
         finished_run(store)
-        env = {"AGENTSESSIONS_STORE": _postgres_url(*opener.args)}
+        env = {"AGENTSESSIONS_STORE": postgres_url(*opener.args)}
         exported = _process("export", "conv-1", env=env)
         assert exported.code == 0 and exported.err == ""
         imported = _process("import", "restored", "-", env=env, stdin=exported.out)

@@ -14,8 +14,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from backends import Opener, scratch_mongodb, scratch_mysql, scratch_postgres, scratch_sqlite
-from conftest import MONGODB_URI, MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, POSTGRES_DSN, require_server
+from backends import Opener, scratch_mongodb, scratch_mysql, scratch_postgres, scratch_redis, scratch_sqlite
+from conftest import (
+    MONGODB_URI,
+    MYSQL_HOST,
+    MYSQL_PASSWORD,
+    MYSQL_PORT,
+    MYSQL_USER,
+    POSTGRES_DSN,
+    REDIS_URL,
+    require_server,
+)
 from crashes import journal_trials, kill_trials, same_session_trials
 
 TRIALS = int(os.environ.get("AGENTSESSIONS_CRASH_TRIALS", "4"))
@@ -26,6 +35,7 @@ BACKENDS = {
     "postgres": ("PostgreSQL", lambda: scratch_postgres(POSTGRES_DSN)),
     "mysql": ("MariaDB", lambda: scratch_mysql(MYSQL_HOST, MYSQL_PORT, MYSQL_USER, MYSQL_PASSWORD)),
     "mongodb": ("MongoDB", lambda: scratch_mongodb(MONGODB_URI)),
+    "redis": ("Redis", lambda: scratch_redis(REDIS_URL)),
 }
 
 

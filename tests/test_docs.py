@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from backends import delete_prefix
 from conftest import (
     MONGODB_URI,
     MYSQL_HOST,
@@ -24,6 +25,7 @@ from conftest import (
     MYSQL_PORT,
     MYSQL_USER,
     POSTGRES_DSN,
+    REDIS_URL,
     require_server,
     skip_without,
 )
@@ -41,6 +43,7 @@ SERVER_MARKS = {
     "PostgreSQL": "postgres.SCHEMA",
     "MariaDB": "mysql.SCHEMA",
     "MongoDB": "mongodb.INDEXES",
+    "Redis": "RedisStore(client",
     "Anthropic": 'AnthropicEndpoint("claude-sonnet-4-5", stream=True)',
     "Anthropic, first run": 'AnthropicEndpoint("claude-sonnet-4-5")  # the key comes from $ANTHROPIC_API_KEY',
 }
@@ -145,6 +148,25 @@ def test_the_mongodb_block_runs() -> None:
         with pymongo.MongoClient(uri) as client:
             assert "agentsessions_messages_key" in client[database]["agentsessions_messages"].index_information()
             client.drop_database(database)
+
+
+def test_the_redis_block_runs() -> None:
+    skip_without("redis", extra="redis")
+    import redis
+
+    client = require_server("Redis", lambda: redis.Redis.from_url(REDIS_URL, socket_connect_timeout=5))
+    client.ping()
+    prefix = f"agentsessions_readme_{secrets.token_hex(4)}:"
+    try:
+        for _ in range(2):  # twice in a row, as every block must run
+            _run(
+                _block_for("Redis"),
+                "Redis",
+                {'"redis://127.0.0.1:6379/0"': repr(REDIS_URL), '"myapp:sessions:"': repr(prefix)},
+            )
+        assert list(client.scan_iter(match=prefix + "*")) == []  # the block's delete left nothing under its prefix
+    finally:
+        delete_prefix(client, prefix)
 
 
 def test_the_streaming_block_runs_against_a_local_server_with_the_wire_format(

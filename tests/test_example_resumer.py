@@ -8,6 +8,7 @@ nothing left to do or reports the session taken; neither runs it twice.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import multiprocessing
@@ -22,8 +23,8 @@ from typing import Any
 
 import attrs
 import pytest
-from backends import Opener, open_postgres, open_sqlite
-from conftest import POSTGRES_DSN, require_server, skip_without, wait_for
+from backends import Opener, open_postgres, open_sqlite, postgres_url, scratch_redis
+from conftest import POSTGRES_DSN, REDIS_URL, require_server, skip_without, wait_for
 
 import agentsessions as agent
 from agentsessions.endpoints import ScriptedEndpoint
@@ -61,12 +62,17 @@ def doomed_run(opener: Opener, ready: Any) -> None:
         agent.Runner(replica="web-1").run(spec, [agent.Message.user(QUESTION)], model)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres", "redis"])
 def place(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Opener, list[str]]]:
     """An opener for the store, and the resumer's options naming the same place."""
     if request.param == "sqlite":
         path = str(tmp_path / "sessions.db")
         yield functools.partial(open_sqlite, path), ["--store", f"sqlite:///{path}"]
+        return
+    if request.param == "redis":
+        with contextlib.ExitStack() as stack:
+            opener: Any = require_server("Redis", lambda: stack.enter_context(scratch_redis(REDIS_URL)))
+            yield opener, ["--store", f"{REDIS_URL}?prefix={opener.args[1]}"]
         return
     skip_without("psycopg", extra="postgres")
     import psycopg
@@ -80,7 +86,10 @@ def place(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Open
         try:
             admin.execute(f"SET search_path = {schema}")
             admin.execute(postgres.SCHEMA)
-            yield functools.partial(open_postgres, POSTGRES_DSN, schema), ["--store", POSTGRES_DSN, "--schema", schema]
+            yield (
+                functools.partial(open_postgres, POSTGRES_DSN, schema),
+                ["--store", postgres_url(POSTGRES_DSN, schema)],
+            )
         finally:
             admin.execute(f"DROP SCHEMA {schema} CASCADE")
 

@@ -1,7 +1,8 @@
 """Stores: where sessions live. One module each; import the one you use.
 
 ``memory`` and ``sqlite`` need nothing beyond the standard library; ``postgres``,
-``mysql`` and ``mongodb`` need their driver (``pip install agentsessions[postgres]``...).
+``mysql``, ``mongodb`` and ``redis`` need their driver (``pip install agentsessions[postgres]``...).
+:func:`from_url` opens any of them from a URL (see :mod:`agentsessions.stores.urls`).
 ``storetest`` is the conformance suite every store passes.
 
 Writing a store of your own
@@ -43,3 +44,7 @@ exactly once, a model-based state machine), the run properties for a ``RunStore`
 listing pages, delete, no orphaned steers at release, steers across a crash, cancel),
 and the fork property for a ``ForkStore``. What it skipped is in ``Report.skipped``.
 """
+
+from agentsessions.stores.urls import from_url
+
+__all__ = ["from_url"]

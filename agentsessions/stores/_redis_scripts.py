@@ -1,0 +1,253 @@
+"""The Lua scripts of the Redis store: each atomic step is one of them, run whole by the server.
+
+Redis runs a script to its end with no other command in between, so each script reads and
+writes a session's keys as one step; nothing is read in Python and written back. Keys (all
+under the store's prefix ``P``; ``<id>`` is the session id's ``encode_text`` bytes):
+
+- ``P s:<id>``: the record, a hash. ``rev`` the revision (``-`` until the first save),
+  ``u`` the index stamp (16 decimal digits of ``updated_at`` in microseconds; all zeros
+  until the first save), ``st`` the run state (absent until the first claim), ``tok`` the
+  fencing token, ``h`` the holder, ``lm`` the lease in microseconds, ``x`` when the lease
+  expires (microseconds), ``c`` ``1`` when a cancel was asked.
+- ``P m:<id>``: the transcript, a list of ``dump_message`` bodies, one per message.
+- ``P q:<id>``: the pending steers, a sorted set scored by seq; each member is the seq in
+  16 digits, the adding call's 8-byte nonce, then the text: equal texts stay distinct, and
+  a member names its seq.
+- ``P t:<nonce>``: what one ``take_steers`` call took, kept for a minute for its retry.
+- ``P sessions``: every record, a sorted set of score 0 whose members are ``u`` followed by
+  the id: by lexicographic order, that is (updated_at, id), which ``sessions()`` pages
+  through newest first with exclusive bounds, each session once.
+- ``P counters``: a hash with the ``tokens`` and ``steers`` counters, never reset by delete.
+
+Times come from the server's ``TIME``, one clock for every replica.
+
+Retries: redis-py retries a command after a connection error or a timeout (10 times by
+default), also when the server ran it and only the reply was lost. Every script is safe to
+run twice: a save or fork recognises its own new revision, a claim its nonce, a steer its
+nonce among the pending ones, a take its stash. Only ``delete`` answers ``False`` when its
+first run already deleted. A stamp of 16 digits
+covers microseconds since 1970 until the year 2286.
+"""
+
+from __future__ import annotations
+
+# Shared by every script: the server's clock, integer formatting (Lua numbers are doubles;
+# tostring would write 1.7e+15), and the index upkeep.
+_COMMON = """
+local NEVER = '0000000000000000'
+local function now_micros()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local function int(n) return string.format('%.0f', n) end
+-- Makes the record of a session that has none: never saved, never claimed, listed last.
+local function ensure(rec, index, id)
+  if redis.call('HSETNX', rec, 'rev', '-') == 1 then
+    redis.call('HSET', rec, 'u', NEVER)
+    redis.call('ZADD', index, 0, NEVER .. id)
+  end
+end
+-- Sets updated_at to now and moves the session to its new place in the index.
+local function touch(rec, index, id, now)
+  local old = redis.call('HGET', rec, 'u')
+  if old then redis.call('ZREM', index, old .. id) end
+  local stamp = string.format('%016.0f', now)
+  redis.call('HSET', rec, 'u', stamp)
+  redis.call('ZADD', index, 0, stamp .. id)
+end
+-- Replaces the list after its first `keep` items by ARGV[first..], in chunks (unpack has a limit).
+local function write(list, keep, first)
+  if keep == 0 then redis.call('DEL', list) else redis.call('LTRIM', list, 0, keep - 1) end
+  for i = first, #ARGV, 1000 do
+    redis.call('RPUSH', list, unpack(ARGV, i, math.min(i + 999, #ARGV)))
+  end
+end
+-- Whether a save may keep `keep` stored messages: only if the revision it knew is still stored.
+-- ARGV[at] is that revision ('' when it knew none: then it sends every message).
+local function kept(stored, at)
+  if ARGV[at] == '' then return 0 end
+  if stored ~= ARGV[at] then return nil end
+  return tonumber(ARGV[at + 1])
+end
+"""
+
+# KEYS: record, messages, index. ARGV: id, known revision, keep, new revision, bodies...
+# Returns 1, or 0 (nothing written) when the known revision is no longer stored.
+SAVE = (
+    _COMMON
+    + """
+local stored = redis.call('HGET', KEYS[1], 'rev')
+if stored == ARGV[4] then return 1 end  -- this save, retried after its reply was lost
+local keep = kept(stored, 2)
+if keep == nil then return 0 end
+write(KEYS[2], keep, 5)
+redis.call('HSET', KEYS[1], 'rev', ARGV[4])
+touch(KEYS[1], KEYS[3], ARGV[1], now_micros())
+return 1
+"""
+)
+
+# KEYS: record, messages, index, steers. ARGV: id, token, end ('' keeps the hold),
+# unless_steered ('1'), n, the n taken seqs, known revision, keep, new revision, bodies...
+# Returns {-1} when the claim is superseded, {0} when the known revision is gone (nothing
+# written either way), {1, cancel} when saved, {2, cancel, pending...} when saved and not
+# released because steers are pending.
+SAVE_RUN = (
+    _COMMON
+    + """
+local rec = redis.call('HMGET', KEYS[1], 'tok', 'st', 'rev', 'lm', 'c')
+local n = tonumber(ARGV[5])
+if rec[3] == ARGV[8 + n] and rec[1] == ARGV[2] then  -- this save, retried after its reply was lost
+  if rec[2] ~= 'running' then return {1, '0'} end  -- it released
+  if ARGV[3] ~= '' then return {2, rec[5], unpack(redis.call('ZRANGE', KEYS[4], 0, -1))} end
+  return {1, rec[5]}
+end
+if rec[1] ~= ARGV[2] or rec[2] ~= 'running' then return {-1} end
+local keep = kept(rec[3], 6 + n)
+if keep == nil then return {0} end
+for i = 6, 5 + n do redis.call('ZREMRANGEBYSCORE', KEYS[4], ARGV[i], ARGV[i]) end
+write(KEYS[2], keep, 9 + n)
+local now = now_micros()
+redis.call('HSET', KEYS[1], 'rev', ARGV[8 + n], 'x', int(now + tonumber(rec[4])))
+touch(KEYS[1], KEYS[3], ARGV[1], now)
+if ARGV[3] == '' then return {1, rec[5]} end
+if ARGV[4] == '1' and redis.call('ZCARD', KEYS[4]) > 0 then
+  return {2, rec[5], unpack(redis.call('ZRANGE', KEYS[4], 0, -1))}
+end
+redis.call('HSET', KEYS[1], 'st', ARGV[3], 'c', '0')
+return {1, '0'}
+"""
+)
+
+# KEYS: record, steers, counters, index. ARGV: id, text, nonce (8 bytes).
+# Returns {stored state or '', lease expiry or '', now}: the state the steer was stored in.
+# A caller's idempotency key fits beside the nonce: a per-session hash KEYS[5] of key -> seq,
+# HSETNX'd before the ZADD, returning the state without adding when it was already set
+# (and deleted with the session).
+ADD_STEER = (
+    _COMMON
+    + """
+ensure(KEYS[1], KEYS[4], ARGV[1])
+local function state()
+  local rec = redis.call('HMGET', KEYS[1], 'st', 'x')
+  return {rec[1] or '', rec[2] or '', int(now_micros())}
+end
+for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  if string.sub(member, 17, 24) == ARGV[3] then return state() end  -- this steer, retried
+end
+local seq = redis.call('HINCRBY', KEYS[3], 'steers', 1)
+redis.call('ZADD', KEYS[2], seq, string.format('%016d', seq) .. ARGV[3] .. ARGV[2])
+return state()
+"""
+)
+
+# KEYS: steers, this call's stash. Returns the members taken, oldest first; a retry finds
+# them in the stash, which expires after a minute.
+TAKE_STEERS = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return redis.call('LRANGE', KEYS[2], 0, -1) end
+local taken = redis.call('ZRANGE', KEYS[1], 0, -1)
+if #taken > 0 then
+  redis.call('DEL', KEYS[1])
+  redis.call('RPUSH', KEYS[2], unpack(taken))
+  redis.call('EXPIRE', KEYS[2], 60)
+end
+return taken
+"""
+
+# KEYS: index. ARGV: max bound, min bound, page size, prefix.
+# Returns {now, {member, u, st, h, x, c, length, pending}...}, newest first.
+PAGE = (
+    _COMMON
+    + """
+local members = redis.call('ZRANGE', KEYS[1], ARGV[1], ARGV[2], 'BYLEX', 'REV', 'LIMIT', 0, tonumber(ARGV[3]))
+local out = {int(now_micros())}
+for _, member in ipairs(members) do
+  local id = string.sub(member, 17)
+  local r = redis.call('HMGET', ARGV[4] .. 's:' .. id, 'st', 'h', 'x', 'c')
+  out[#out + 1] = {member, r[1] or '', r[2] or '', r[3] or '', r[4] or '',
+                   redis.call('LLEN', ARGV[4] .. 'm:' .. id), redis.call('ZCARD', ARGV[4] .. 'q:' .. id)}
+end
+return out
+"""
+)
+
+# KEYS: record, messages, steers, index. ARGV: id. Returns how many keys went.
+DELETE = """
+local u = redis.call('HGET', KEYS[1], 'u')
+if u then redis.call('ZREM', KEYS[4], u .. ARGV[1]) end
+return redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3])  -- a long transcript is freed in the background
+"""
+
+# KEYS: record. Returns 1 when a live run was asked to stop.
+CANCEL = (
+    _COMMON
+    + """
+local r = redis.call('HMGET', KEYS[1], 'st', 'x')
+if r[1] == 'running' and tonumber(r[2]) > now_micros() then
+  redis.call('HSET', KEYS[1], 'c', '1')
+  return 1
+end
+return 0
+"""
+)
+
+# KEYS: source messages, new record, new messages, index. ARGV: new id, at ('' for all), new revision.
+# Returns {1}, {-1} when the new id exists, {-2, length} when `at` is outside 0..length.
+FORK = (
+    _COMMON
+    + """
+local existing = redis.call('HGET', KEYS[2], 'rev')
+if existing == ARGV[3] then return {1} end  -- this fork, retried after its reply was lost
+if existing then return {-1} end
+local length = redis.call('LLEN', KEYS[1])
+local at = length
+if ARGV[2] ~= '' then
+  at = tonumber(ARGV[2])
+  if at < 0 or at > length then return {-2, length} end
+end
+redis.call('DEL', KEYS[3])
+for i = 0, at - 1, 1000 do
+  redis.call('RPUSH', KEYS[3], unpack(redis.call('LRANGE', KEYS[1], i, math.min(i + 999, at - 1))))
+end
+redis.call('HSET', KEYS[2], 'rev', ARGV[3])
+touch(KEYS[2], KEYS[4], ARGV[1], now_micros())
+return {1}
+"""
+)
+
+# KEYS: record, counters, index. ARGV: id, replica, lease in microseconds, nonce.
+# Returns {token}, or {0, holder, lease expiry} when a live lease holds it.
+CLAIM = (
+    _COMMON
+    + """
+ensure(KEYS[1], KEYS[3], ARGV[1])
+local r = redis.call('HMGET', KEYS[1], 'st', 'x', 'h', 'n', 'tok')
+if r[1] == 'running' and r[4] == ARGV[4] then return {tonumber(r[5])} end  -- this claim, retried
+local now = now_micros()
+if r[1] == 'running' and tonumber(r[2]) > now then return {0, r[3], r[2]} end
+local token = redis.call('HINCRBY', KEYS[2], 'tokens', 1)
+redis.call('HSET', KEYS[1], 'st', 'running', 'tok', token, 'h', ARGV[2], 'lm', ARGV[3],
+           'x', int(now + tonumber(ARGV[3])), 'c', '0', 'n', ARGV[4])
+return {token}
+"""
+)
+
+# KEYS: the claims' records. ARGV: their tokens. Returns per claim 0 (lost), 1 (renewed) or
+# 2 (renewed, and asked to cancel).
+RENEW = (
+    _COMMON
+    + """
+local now = now_micros()
+local out = {}
+for i, rec in ipairs(KEYS) do
+  local r = redis.call('HMGET', rec, 'tok', 'st', 'lm', 'c')
+  if r[1] == ARGV[i] and r[2] == 'running' then
+    redis.call('HSET', rec, 'x', int(now + tonumber(r[3])))
+    out[i] = (r[4] == '1') and 2 or 1
+  else
+    out[i] = 0
+  end
+end
+return out
+"""
+)

@@ -1,0 +1,361 @@
+"""A store in Redis through a ``redis.Redis`` client that the caller owns (redis-py).
+
+Every step is one Lua script, or one MULTI/EXEC for reads, so Redis runs it whole with no
+other client's command in between; nothing is read into Python and written back. The keys
+and scripts are described in ``_redis_scripts``; all keys live under ``prefix``, so one
+Redis database can hold several stores, and ``SCAN MATCH <prefix>*`` finds a store's keys.
+
+It needs Redis 6.2 or later (``ZRANGE ... BYLEX REV``) on one server or a primary with
+replicas (Sentinel); not Redis Cluster, since a step touches a session's keys together
+with the store's counters and index. Times (``updated_at``, leases) come from the server's
+clock, so replicas' clocks need not agree.
+
+What a restart or a failover can lose depends on how Redis persists; see the README's
+"Redis" section. A save costs what is new: the store object remembers the revision it last
+saw, and a save sends only the messages after the shared prefix, which the script appends
+after trimming the stored list, if that revision is still stored (else it sends them all).
+"""
+
+from __future__ import annotations
+
+import datetime
+import secrets
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+try:
+    import redis
+except ImportError as error:  # pragma: no cover - depends on what is installed
+    raise ImportError("agentsessions.stores.redis needs redis (redis-py): pip install agentsessions[redis]") from error
+
+from agentsessions.codec import decode_text, dump_message, encode_text, load_message
+from agentsessions.errors import ConflictError, StoreError
+from agentsessions.messages import Message
+from agentsessions.runs import (
+    Claim,
+    Progress,
+    Renewal,
+    RunState,
+    SessionInfo,
+    Steer,
+    busy,
+    check_end,
+    check_lease,
+    check_updated_before,
+    derive_state,
+    state_filter,
+    superseded,
+)
+from agentsessions.session import check_fork_at, check_session_id, check_steer
+from agentsessions.stores import _redis_scripts as scripts
+from agentsessions.stores._failures import could_not
+from agentsessions.stores._incremental import KnownSessions, SavePlan, new_revision, plan_save
+
+__all__ = ["PAGE_SIZE", "RedisStore"]
+
+PAGE_SIZE = 500
+"""How many sessions :meth:`RedisStore.sessions` fetches per script call."""
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_MICROSECOND = datetime.timedelta(microseconds=1)
+_NEVER = b"0" * 16  # the index stamp of a record never saved
+_STAMP = 16  # digits of a stamp, and of a steer's seq
+_NONCE = 8  # bytes of a call's nonce (a steer's sits between its seq and its text)
+
+
+class RedisStore:
+    """Sessions and their runs in Redis, under keys that start with ``prefix``.
+
+    ``client`` is a ``redis.Redis`` made by the caller, who chooses its pool, timeouts
+    (``socket_timeout`` bounds every call) and retries; the store never closes it. It must
+    return bytes (``decode_responses=False``, the default): ids and texts are stored as
+    bytes that round-trip any ``str``. Safe to share between threads, as the client is.
+
+    Stores in one Redis database need prefixes of which none starts with another
+    (``app:`` and ``app:s:`` would share keys); ``app:a:`` and ``app:b:`` are fine.
+    """
+
+    def __init__(self, client: redis.Redis, *, prefix: str = "agentsessions:") -> None:
+        if not isinstance(client, redis.Redis):
+            raise TypeError(f"RedisStore takes a redis.Redis client, got {type(client).__name__}: {client!r:.80}")
+        if client.get_encoder().decode_responses:
+            raise ValueError("RedisStore needs a client with decode_responses=False: it stores ids and texts as bytes")
+        if not isinstance(prefix, str):
+            raise TypeError(f"prefix must be a str, got {type(prefix).__name__}: {prefix!r:.80}")
+        self.client = client
+        self.prefix = prefix
+        self._prefix = encode_text(prefix)
+        self._index = self._prefix + b"sessions"
+        self._counters = self._prefix + b"counters"
+        self._known = KnownSessions()
+        register = client.register_script
+        self._save, self._save_run = register(scripts.SAVE), register(scripts.SAVE_RUN)
+        self._add_steer, self._take_steers = register(scripts.ADD_STEER), register(scripts.TAKE_STEERS)
+        self._page, self._delete, self._cancel = (
+            register(scripts.PAGE),
+            register(scripts.DELETE),
+            register(scripts.CANCEL),
+        )
+        self._fork, self._claim, self._renew = register(scripts.FORK), register(scripts.CLAIM), register(scripts.RENEW)
+
+    def __repr__(self) -> str:
+        # Host, port and db only: the connection's keyword arguments also hold the password.
+        kwargs = self.client.connection_pool.connection_kwargs
+        where = f"{kwargs.get('host', kwargs.get('path', '?'))}:{kwargs.get('port', '')}/{kwargs.get('db', 0)}"
+        return f"RedisStore({where!r}, prefix={self.prefix!r})"
+
+    # --- Keys ------------------------------------------------------------------------------
+
+    def _record(self, key: bytes) -> bytes:
+        return self._prefix + b"s:" + key
+
+    def _messages(self, key: bytes) -> bytes:
+        return self._prefix + b"m:" + key
+
+    def _steers(self, key: bytes) -> bytes:
+        return self._prefix + b"q:" + key
+
+    # --- Transcripts and steers (the seed's four) ------------------------------------------
+
+    def save(self, session_id: str, messages: Sequence[Message]) -> None:
+        """Make ``messages`` the transcript; sends only what is new since this store last saw it."""
+        plan = plan_save(self._known, session_id, messages)
+        key, revision = encode_text(session_id), new_revision()
+        keys = [self._record(key), self._messages(key), self._index]
+        with self._errors("save the transcript", session_id):
+            for known in _attempts(plan):
+                if self._save(keys, [key, *_tail(plan, known, revision)]):
+                    break
+        self._known.remember(session_id, revision, plan.messages)
+
+    def messages(self, session_id: str) -> list[Message]:
+        """The session's transcript, empty if it has none: one MULTI/EXEC."""
+        key = encode_text(check_session_id(session_id))
+        with self._errors("read the transcript", session_id):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hget(self._record(key), "rev")
+            pipe.lrange(self._messages(key), 0, -1)
+            revision, bodies = pipe.execute()
+        loaded = [load_message(body) for body in bodies]
+        if revision is not None and revision != b"-":
+            self._known.remember(session_id, int(revision), loaded)
+        return loaded
+
+    def add_steer(self, session_id: str, text: str) -> RunState:
+        """Leave a steer for the session's run; returns the session's state as it was stored."""
+        key = encode_text(check_session_id(session_id))
+        check_steer(text)
+        keys = [self._record(key), self._steers(key), self._counters, self._index]
+        with self._errors("add a steer", session_id):
+            stored, expires, now = self._add_steer(keys, [key, encode_text(text), _nonce()])
+        return derive_state(_text(stored) or None, _time(expires), _moment(now))
+
+    def take_steers(self, session_id: str) -> list[str]:
+        """Remove and return the waiting steers, oldest first; each goes to exactly one caller."""
+        key = encode_text(check_session_id(session_id))
+        with self._errors("take steers", session_id):
+            taken = self._take_steers([self._steers(key), self._prefix + b"t:" + _nonce()])
+        return [_steer(member).text for member in taken]
+
+    # --- Records: info, listing, delete, cancel ---------------------------------------------
+
+    def info(self, session_id: str) -> SessionInfo:
+        """The session's record, in one MULTI/EXEC; an unknown id is ``IDLE`` with length 0."""
+        key = encode_text(check_session_id(session_id))
+        with self._errors("read the record", session_id):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hmget(self._record(key), ["u", "st", "h", "x", "c"])
+            pipe.llen(self._messages(key))
+            pipe.zcard(self._steers(key))
+            pipe.time()
+            (stamp, *fields), length, pending, (seconds, micros) = pipe.execute()
+        if stamp is None:
+            return SessionInfo(session_id)
+        return _info(
+            session_id, stamp, [b"" if f is None else f for f in fields], length, pending, seconds * 10**6 + micros
+        )
+
+    def sessions(
+        self, *, state: RunState | Collection[RunState] | None = None, updated_before: datetime.datetime | None = None
+    ) -> Iterator[SessionInfo]:
+        """Every session, newest update first (never saved last, ties by id), fetched in pages."""
+        states, before = state_filter(state), check_updated_before(updated_before)
+        if before is None:
+            return self._listing(states, b"+", b"-")
+        # Exclusive of the stamp itself: a member stamped `before` sorts after it. The lower
+        # bound leaves out the never-saved records, which updated_before excludes.
+        return self._listing(states, b"(" + _stamp(before), b"[" + b"0" * 15 + b"1")
+
+    def _listing(self, states: frozenset[RunState] | None, high: bytes, low: bytes) -> Iterator[SessionInfo]:
+        while True:
+            with self._errors("list the sessions"):
+                now, *rows = self._page([self._index], [high, low, PAGE_SIZE, self._prefix])
+            for member, *fields, length, pending in rows:
+                info = _info(decode_text(member[_STAMP:]), member[:_STAMP], fields, length, pending, int(now))
+                if states is None or info.state in states:
+                    yield info
+            if len(rows) < PAGE_SIZE:
+                return
+            high = b"(" + rows[-1][0]
+
+    def delete(self, session_id: str) -> bool:
+        """Remove transcript, steers and record in one script; ``True`` if the session existed."""
+        key = encode_text(check_session_id(session_id))
+        keys = [self._record(key), self._messages(key), self._steers(key), self._index]
+        with self._errors("delete", session_id):
+            removed = self._delete(keys, [key])
+        self._known.forget(session_id)
+        return bool(removed)
+
+    def cancel(self, session_id: str) -> bool:
+        """Ask the live run holding the session to stop; ``False``, writing nothing, when none holds it."""
+        key = encode_text(check_session_id(session_id))
+        with self._errors("cancel the run", session_id):
+            return bool(self._cancel([self._record(key)]))
+
+    def fork(self, session_id: str, new_id: str, *, at: int | None = None) -> None:
+        """Copy the first ``at`` messages into a new, idle session with no steers, in one script.
+
+        The messages are copied by the server; none comes to Python.
+        """
+        key, new_key = encode_text(check_session_id(session_id)), encode_text(check_session_id(new_id))
+        if isinstance(at, bool) or not isinstance(at, int | None):
+            check_fork_at(at, 0)  # raises on its type; its range needs the length, which the script reads
+        keys = [self._messages(key), self._record(new_key), self._messages(new_key), self._index]
+        with self._errors("fork", session_id):
+            outcome = self._fork(keys, [new_key, "" if at is None else at, new_revision()])
+        if outcome[0] == -1:
+            raise ConflictError(f"cannot fork into session {new_id!r:.80}: it exists")
+        if outcome[0] == -2:
+            check_fork_at(at, outcome[1])
+
+    # --- Holding a run ---------------------------------------------------------------------
+
+    def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
+        """Hold the session for a run, taking over a stalled one; busy while another lease is live."""
+        lease = check_lease(lease)
+        key = encode_text(check_session_id(session_id))
+        keys = [self._record(key), self._counters, self._index]
+        with self._errors("claim", session_id):
+            outcome = self._claim(keys, [key, encode_text(replica), _span(lease), _nonce()])
+        if outcome[0] == 0:
+            raise busy(session_id, _text(outcome[1]), _time(outcome[2]))
+        return Claim(session_id, int(outcome[0]), replica, lease)
+
+    def peek_steers(self, session_id: str) -> list[Steer]:
+        """The waiting steers, oldest first, left in place."""
+        key = encode_text(check_session_id(session_id))
+        with self._errors("read the steers", session_id):
+            members: list[bytes] = self.client.zrange(self._steers(key), 0, -1)  # type: ignore[assignment]
+        return [_steer(member) for member in members]
+
+    def save_run(
+        self,
+        claim: Claim,
+        messages: Sequence[Message],
+        *,
+        taken: Sequence[int] = (),
+        end: RunState | None = None,
+        unless_steered: bool = False,
+    ) -> Progress:
+        """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``.
+
+        One script: the fencing check, the steers' deletion, the messages, the lease and the
+        release happen together or not at all.
+        """
+        plan = plan_save(self._known, claim.session_id, messages)
+        ending = check_end(end)
+        seqs = [int(seq) for seq in taken]
+        key, revision = encode_text(claim.session_id), new_revision()
+        keys = [self._record(key), self._messages(key), self._index, self._steers(key)]
+        head = [key, claim.token, ending.value if ending else "", int(unless_steered), len(seqs), *seqs]
+        with self._errors("save the run", claim.session_id):
+            for known in _attempts(plan):
+                outcome = self._save_run(keys, [*head, *_tail(plan, known, revision)])
+                if outcome[0] != 0:
+                    break
+        if outcome[0] == -1:
+            self._known.forget(claim.session_id)
+            raise superseded(claim)
+        self._known.remember(claim.session_id, revision, plan.messages)
+        return Progress(outcome[1] == b"1", tuple(_steer(member) for member in outcome[2:]))
+
+    def renew(self, claims: Sequence[Claim]) -> Renewal:
+        """Extend each claim's lease, all in one script call; report the claims lost and those asked to cancel."""
+        claims = list(claims)
+        if not claims:
+            return Renewal()
+        keys = [self._record(encode_text(claim.session_id)) for claim in claims]
+        with self._errors("renew the leases"):
+            outcomes = self._renew(keys, [claim.token for claim in claims])
+        lost = frozenset(claim for claim, outcome in zip(claims, outcomes, strict=True) if outcome == 0)
+        cancelling = frozenset(claim for claim, outcome in zip(claims, outcomes, strict=True) if outcome == 2)
+        return Renewal(lost, cancelling)
+
+    @contextmanager
+    def _errors(self, action: str, session_id: str = "") -> Iterator[None]:
+        try:
+            yield
+        except redis.RedisError as error:
+            if session_id:
+                self._known.forget(session_id)
+            # redis-py's messages name the host and port, never the password.
+            raise StoreError(f"{could_not('Redis store', action, session_id)}: {error}") from error
+
+
+def _attempts(plan: SavePlan) -> Iterator[int | None]:
+    """The revisions a save tries to build on: the one this store object saw, then none (everything sent)."""
+    if plan.known is not None:
+        yield plan.known.revision
+    yield None
+
+
+def _tail(plan: SavePlan, known: int | None, revision: int) -> list[Any]:
+    """A save's last arguments: the revision it builds on, how many messages it keeps, the new revision, the bodies."""
+    keep = plan.shared if known is not None else 0
+    bodies = [dump_message(message) for message in plan.messages[keep:]]
+    return ["" if known is None else known, keep, revision, *bodies]
+
+
+def _info(session_id: str, stamp: bytes, fields: Sequence[bytes], length: int, pending: int, now: int) -> SessionInfo:
+    stored, holder, expires, cancel = fields
+    return SessionInfo(
+        session_id,
+        length,
+        None if stamp == _NEVER else _moment(stamp),
+        derive_state(_text(stored) or None, _time(expires), _moment(now)),
+        _text(holder) if stored else None,
+        _time(expires),
+        pending,
+        cancel == b"1",
+    )
+
+
+def _steer(member: bytes) -> Steer:
+    return Steer(int(member[:_STAMP]), decode_text(member[_STAMP + _NONCE :]))
+
+
+def _nonce() -> bytes:
+    """What names one call across redis-py's retries of it."""
+    return secrets.token_bytes(_NONCE)
+
+
+def _text(data: bytes | None) -> str:
+    return "" if data is None else decode_text(data)
+
+
+def _moment(micros: bytes | int) -> datetime.datetime:
+    return _EPOCH + int(micros) * _MICROSECOND
+
+
+def _time(micros: bytes | None) -> datetime.datetime | None:
+    return None if not micros else _moment(micros)
+
+
+def _stamp(moment: datetime.datetime) -> bytes:
+    return b"%016d" % ((moment - _EPOCH) // _MICROSECOND)
+
+
+def _span(seconds: float) -> int:
+    return round(seconds * 1_000_000)
