@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from backends import Opener, scratch_mongodb, scratch_mysql, scratch_postgres, scratch_sqlite
+from backends import Opener, scratch_mongodb, scratch_mysql, scratch_postgres, scratch_redis, scratch_sqlite
 from conftest import (
     MONGODB_URI,
     MYSQL_HOST,
@@ -18,6 +18,7 @@ from conftest import (
     MYSQL_PORT,
     MYSQL_USER,
     POSTGRES_DSN,
+    REDIS_URL,
     require_server,
     wait_for,
 )
@@ -32,6 +33,7 @@ BACKENDS = {
     "postgres": ("PostgreSQL", lambda: scratch_postgres(POSTGRES_DSN)),
     "mysql": ("MariaDB", lambda: scratch_mysql(MYSQL_HOST, MYSQL_PORT, MYSQL_USER, MYSQL_PASSWORD)),
     "mongodb": ("MongoDB", lambda: scratch_mongodb(MONGODB_URI)),
+    "redis": ("Redis", lambda: scratch_redis(REDIS_URL)),
 }
 
 
@@ -208,6 +210,8 @@ def write_a_newer_run_state(store: agent.RunStore, session_id: str) -> None:
         with conn.cursor() as cur:
             cur.execute("UPDATE agentsessions_sessions SET run_state = 'paused' WHERE id = %s", (key,))
         conn.commit()
+    elif name == "RedisStore":
+        store.client.hset(store._record(key), "st", "paused")  # type: ignore[attr-defined]
     else:
         from agentsessions.stores._mongodb_layout import key as mongo_key
 

@@ -216,13 +216,16 @@ return {1}
 )
 
 # KEYS: record, counters, index. ARGV: id, replica, lease in microseconds, nonce.
-# Returns {token}, or {0, holder, lease expiry} when a live lease holds it.
+# Returns {token}, {0, holder, lease expiry} when a live lease holds it, or {-1, state} for a
+# state a newer version wrote (never taken over).
 CLAIM = (
     _COMMON
     + """
 ensure(KEYS[1], KEYS[3], ARGV[1])
 local r = redis.call('HMGET', KEYS[1], 'st', 'x', 'h', 'n', 'tok')
 if r[1] == 'running' and r[4] == ARGV[4] then return {tonumber(r[5])} end  -- this claim, retried
+local known = {running = true, finished = true, cancelled = true, failed = true}
+if r[1] and not known[r[1]] then return {-1, r[1]} end
 local now = now_micros()
 if r[1] == 'running' and tonumber(r[2]) > now then return {0, r[3], r[2]} end
 local token = redis.call('HINCRBY', KEYS[2], 'tokens', 1)

@@ -19,6 +19,7 @@ after trimming the stored list, if that revision is still stored (else it sends 
 from __future__ import annotations
 
 import datetime
+import functools
 import secrets
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -44,8 +45,10 @@ from agentsessions.runs import (
     check_lease,
     check_updated_before,
     derive_state,
+    listed,
     state_filter,
     superseded,
+    utcnow,
 )
 from agentsessions.session import check_fork_at, check_session_id, check_steer
 from agentsessions.stores import _redis_scripts as scripts
@@ -191,10 +194,8 @@ class RedisStore:
         while True:
             with self._errors("list the sessions"):
                 now, *rows = self._page([self._index], [high, low, PAGE_SIZE, self._prefix])
-            for member, *fields, length, pending in rows:
-                info = _info(decode_text(member[_STAMP:]), member[:_STAMP], fields, length, pending, int(now))
-                if states is None or info.state in states:
-                    yield info
+            infos = listed(rows, functools.partial(_listed_info, now=int(now)), "Redis store")
+            yield from (info for info in infos if states is None or info.state in states)
             if len(rows) < PAGE_SIZE:
                 return
             high = b"(" + rows[-1][0]
@@ -239,6 +240,8 @@ class RedisStore:
         keys = [self._record(key), self._counters, self._index]
         with self._errors("claim", session_id):
             outcome = self._claim(keys, [key, encode_text(replica), _span(lease), _nonce()])
+        if outcome[0] == -1:  # a newer version's state: derive_state words the FormatError
+            derive_state(_text(outcome[1]), None, utcnow(), session_id)
         if outcome[0] == 0:
             raise busy(session_id, _text(outcome[1]), _time(outcome[2]))
         return Claim(session_id, int(outcome[0]), replica, lease)
@@ -324,12 +327,17 @@ def _info(session_id: str, stamp: bytes, fields: Sequence[bytes], length: int, p
         session_id,
         length,
         None if stamp == _NEVER else _moment(stamp),
-        derive_state(_text(stored) or None, _time(expires), _moment(now)),
+        derive_state(_text(stored) or None, _time(expires), _moment(now), session_id),
         _text(holder) if stored else None,
         _time(expires),
         pending,
         cancel == b"1",
     )
+
+
+def _listed_info(row: Sequence[Any], now: int) -> SessionInfo:
+    member, *fields, length, pending = row
+    return _info(decode_text(member[_STAMP:]), member[:_STAMP], fields, length, pending, now)
 
 
 def _steer(member: bytes) -> Steer:
