@@ -35,7 +35,8 @@ from pymongo.monitoring import CommandFailedEvent, CommandListener, CommandStart
 import agentsessions as agent
 from agentsessions.codec import dump_message
 from agentsessions.runs import Progress, Renewal
-from agentsessions.stores import _mongodb_layout, mongodb, storetest
+from agentsessions.stores import _mongodb_layout, mongodb
+from agentsessions.testing import storetest
 
 Client = MongoClient[dict[str, Any]]
 
@@ -87,12 +88,11 @@ def _transcript(n: int, tag: str = "") -> list[agent.Message]:
     return [agent.Message.user(f"{tag}message {i}") for i in range(n)]
 
 
-def test_the_mongodb_store_keeps_the_contract(database: Database[Any]) -> None:
+@pytest.mark.parametrize("name", storetest.properties())
+def test_the_mongodb_store_keeps_the_contract(name: str, database: Database[Any]) -> None:
     # A new store object each time, over the same database: the suite uses two as replicas.
-    report = storetest.run(lambda: mongodb.MongoStore(database), max_examples=EXAMPLES)
-    print(report, dict(report.examples))
-    assert report.replicas
-    assert report.skipped == () and report.examples[storetest.FORK] > 0  # the fork property ran too
+    report = storetest.check(name, lambda: mongodb.MongoStore(database), max_examples=EXAMPLES)
+    assert report.replicas and report.skipped == () and report.examples[name] > 0, report
 
 
 def test_missing_indexes_raise_schema_missing_error_naming_indexes(client: Client) -> None:

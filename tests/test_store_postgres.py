@@ -37,7 +37,8 @@ from psycopg_pool import ConnectionPool
 import agentsessions as agent
 from agentsessions.codec import encode_text
 from agentsessions.runs import Renewal
-from agentsessions.stores import postgres, storetest
+from agentsessions.stores import postgres
+from agentsessions.testing import storetest
 
 # What a bounded call may take beyond its timeout on a loaded machine: the bound is the
 # behaviour under test (an answer within the store's timeout), the slack is scheduling.
@@ -105,13 +106,11 @@ def store(pool: Pool) -> postgres.PostgresStore:
     return postgres.PostgresStore(pool)
 
 
-def test_the_postgres_store_keeps_the_contract(store: postgres.PostgresStore) -> None:
+@pytest.mark.parametrize("name", storetest.properties())
+def test_the_postgres_store_keeps_the_contract(name: str, store: postgres.PostgresStore) -> None:
     # A new store object per call, over the same pool: the suite uses two as replicas.
-    report = storetest.run(lambda: postgres.PostgresStore(store.pool))
-    assert report.replicas
-    assert not report.skipped  # the run properties ran too
-    assert set(storetest.RUN_PROPERTIES) <= set(report.examples)
-    print(report, dict(report.examples))
+    report = storetest.check(name, lambda: postgres.PostgresStore(store.pool))
+    assert report.replicas and report.skipped == () and report.examples[name] > 0, report
 
 
 def test_an_empty_schema_raises_schema_missing_naming_the_schema_to_run(admin: Any) -> None:

@@ -22,8 +22,8 @@ from agentsessions.errors import SessionBusyError
 from agentsessions.messages import Message, check_transcript
 from agentsessions.runs import Claim, Progress, RunState, SessionInfo, check_updated_before, state_filter, utcnow
 from agentsessions.session import RunStore, Store, check_fork_at, check_session_id, check_steer
-from agentsessions.stores import storetest
 from agentsessions.stores.memory import MemoryStore
+from agentsessions.testing import storetest
 
 EXAMPLES = 10  # enough for every broken store below to be caught, and quick
 
@@ -398,3 +398,30 @@ def test_the_dict_store_the_broken_ones_build_on_passes() -> None:
 def test_importing_the_package_does_not_import_hypothesis() -> None:
     code = "import sys, agentsessions, agentsessions.stores.memory; assert 'hypothesis' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize(("prop", "factory"), BROKEN_RUNS[:3])
+def test_check_runs_the_one_property_and_names_it_when_it_fails(prop: str, factory: Callable[[], Store]) -> None:
+    with pytest.raises(AssertionError, match=f"^storetest property {re.escape(repr(prop))}: "):
+        storetest.check(prop, factory, max_examples=EXAMPLES, listing_sessions=40)
+    others = [name for name in storetest.properties() if name != prop and name not in storetest.RUN_PROPERTIES]
+    report = storetest.check(others[0], factory, max_examples=EXAMPLES)  # the other properties still hold
+    assert tuple(report.examples) == (others[0],)
+
+
+def test_check_skips_a_property_the_store_has_no_capability_for_and_refuses_unknown_names() -> None:
+    report = storetest.check(storetest.RUN_PROPERTIES[0], DictStore, max_examples=2)
+    assert report.skipped == (storetest.RUN_PROPERTIES[0],) and not report.examples
+    with pytest.raises(ValueError, match="not a storetest property"):
+        storetest.check("stores things", DictStore)
+    assert storetest.properties() == storetest.PROPERTIES
+
+
+def test_the_old_import_path_still_works_with_a_deprecation_warning() -> None:
+    import importlib
+    import sys
+
+    sys.modules.pop("agentsessions.stores.storetest", None)
+    with pytest.warns(DeprecationWarning, match="agentsessions.testing.storetest"):
+        old = importlib.import_module("agentsessions.stores.storetest")
+    assert old.run is storetest.run and old.check is storetest.check

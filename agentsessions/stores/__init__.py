@@ -3,7 +3,7 @@
 ``memory`` and ``sqlite`` need nothing beyond the standard library; ``postgres``,
 ``mysql``, ``mongodb`` and ``redis`` need their driver (``pip install agentsessions[postgres]``...).
 :func:`from_url` opens any of them from a URL (see :mod:`agentsessions.stores.urls`).
-``storetest`` is the conformance suite every store passes.
+The conformance suite every store passes is :mod:`agentsessions.testing.storetest`.
 
 Writing a store of your own
 ---------------------------
@@ -27,15 +27,24 @@ and ``superseded`` build the two conflict errors; ``state_filter``,
 ``check_steer`` and ``check_fork_at`` from :mod:`agentsessions.session`, the codec's
 ``dump_message``/``load_message`` (one row per message) and
 ``encode_text``/``decode_text`` (ids and steers as bytes, any ``str`` verbatim), and
-``agentsessions.stores._incremental`` for saves that write only what is new.
+:mod:`agentsessions.stores.incremental` for saves that write only what is new
+(``plan_save`` compares the transcript with what this store object last saw: keep the
+``shared`` prefix, write the rest), ``listed`` from :mod:`agentsessions.runs` so a record
+a newer version wrote is left out of a listing instead of ending it, and
+:func:`agentsessions.stores.failures.could_not` for errors worded as the other stores'.
+Steer numbers come from one counter per store (never reset by ``delete``), as fencing
+tokens do; times from one clock (the database's, where it has one).
 
-Then prove it with one call, in your own tests::
+Then prove it in your own tests, one pytest test per property::
 
-    from agentsessions.stores import storetest
+    import pytest
 
-    def test_my_store_keeps_the_contract():
-        report = storetest.run(lambda: MyStore(...))
-        assert not report.skipped  # every capability was checked
+    from agentsessions.testing import storetest
+
+    @pytest.mark.parametrize("name", storetest.properties())
+    def test_my_store_keeps_the_contract(name):
+        report = storetest.check(name, lambda: MyStore(...))
+        assert not report.skipped  # the store has every capability the property checks
 
 ``storetest`` detects which protocols the store implements and checks exactly those:
 the seed's properties always (verbatim strings, isolated ids, atomic saves, steers

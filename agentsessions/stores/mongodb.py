@@ -82,8 +82,6 @@ from agentsessions.runs import (
     utcnow,
 )
 from agentsessions.session import check_fork_at, check_session_id, check_steer
-from agentsessions.stores._failures import could_not
-from agentsessions.stores._incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores._mongodb_fork import PrefixCopy, forked, taken
 from agentsessions.stores._mongodb_layout import (
     RUNNING,
@@ -115,6 +113,8 @@ from agentsessions.stores._mongodb_layout import (
     text_of,
     too_many_steers,
 )
+from agentsessions.stores.failures import could_not
+from agentsessions.stores.incremental import KnownSessions, SavePlan, new_revision, plan_save
 
 __all__ = ["COUNTERS", "INDEXES", "MESSAGES", "PAGE_SIZE", "SESSIONS", "MongoStore"]
 

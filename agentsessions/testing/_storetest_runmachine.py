@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from agentsessions.errors import ConflictError, SessionBusyError
 from agentsessions.messages import Message
 from agentsessions.runs import ENDINGS, Claim, Progress, Renewal, RunState, SessionInfo, Steer
-from agentsessions.stores._storetest_support import TEXT, Context, check_equal, check_raises, next_transcript
+from agentsessions.testing._storetest_support import TEXT, Context, check_equal, check_raises, next_transcript
 
 LONG_LEASE = 60.0  # no lease of this length runs out during a check
 REPLICAS = ("replica-1", "replica-2")

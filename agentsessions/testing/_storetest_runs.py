@@ -21,8 +21,8 @@ from agentsessions.errors import ConflictError, SessionBusyError
 from agentsessions.messages import Message
 from agentsessions.runs import Claim, Progress, Renewal, RunState, SessionInfo
 from agentsessions.session import RunStore
-from agentsessions.stores._storetest_runmachine import LONG_LEASE, REPLICAS, check_states
-from agentsessions.stores._storetest_support import (
+from agentsessions.testing._storetest_runmachine import LONG_LEASE, REPLICAS, check_states
+from agentsessions.testing._storetest_support import (
     JOIN_SECONDS,
     TEXT,
     Context,

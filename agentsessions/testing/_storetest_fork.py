@@ -19,7 +19,7 @@ from agentsessions.errors import ConflictError
 from agentsessions.messages import Message
 from agentsessions.runs import RunState
 from agentsessions.session import ForkStore, RunStore, Store
-from agentsessions.stores._storetest_support import (
+from agentsessions.testing._storetest_support import (
     JOIN_SECONDS,
     Context,
     check_equal,
