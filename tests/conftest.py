@@ -7,10 +7,12 @@ defaults are this project's machines.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -135,3 +137,34 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         kind = _kind(item)
         if kind:
             item.add_marker(kind)
+
+
+PERSISTENT = ("sqlite", "postgres", "mysql", "mongodb", "redis")
+"""Every persistent store, as the ``opener`` fixture's parameters name them."""
+
+
+@contextlib.contextmanager
+def scratch_opener(kind: str, tmp_path: Path) -> Iterator[Any]:
+    """A scratch place of store ``kind`` (one of :data:`PERSISTENT`) and its picklable opener (see backends.py)."""
+    import backends
+
+    if kind == "sqlite":
+        with backends.scratch_sqlite(tmp_path) as opener:
+            yield opener
+        return
+    servers: dict[str, tuple[str, Callable[[], contextlib.AbstractContextManager[Any]]]] = {
+        "postgres": ("PostgreSQL", lambda: backends.scratch_postgres(POSTGRES_DSN)),
+        "mysql": ("MariaDB", lambda: backends.scratch_mysql(MYSQL_HOST, MYSQL_PORT, MYSQL_USER, MYSQL_PASSWORD)),
+        "mongodb": ("MongoDB", lambda: backends.scratch_mongodb(MONGODB_URI)),
+        "redis": ("Redis", lambda: backends.scratch_redis(REDIS_URL)),
+    }
+    name, scratch = servers[kind]
+    with contextlib.ExitStack() as stack:
+        yield require_server(name, lambda: stack.enter_context(scratch()))
+
+
+@pytest.fixture(params=PERSISTENT)
+def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """An opener over a scratch place of each persistent store in turn."""
+    with scratch_opener(request.param, tmp_path) as made:
+        yield made

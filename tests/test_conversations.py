@@ -6,20 +6,11 @@ import contextlib
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
 import pytest
-from backends import Opener, scratch_mongodb, scratch_mysql, scratch_postgres, scratch_redis, scratch_sqlite
+from backends import Opener
 from conftest import (
-    MONGODB_URI,
-    MYSQL_HOST,
-    MYSQL_PASSWORD,
-    MYSQL_PORT,
-    MYSQL_USER,
-    POSTGRES_DSN,
-    REDIS_URL,
-    require_server,
     wait_for,
 )
 
@@ -27,24 +18,6 @@ import agentsessions as agent
 from agentsessions.codec import encode_text
 from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.stores.memory import MemoryStore
-
-BACKENDS = {
-    "sqlite": ("SQLite", None),
-    "postgres": ("PostgreSQL", lambda: scratch_postgres(POSTGRES_DSN)),
-    "mysql": ("MariaDB", lambda: scratch_mysql(MYSQL_HOST, MYSQL_PORT, MYSQL_USER, MYSQL_PASSWORD)),
-    "mongodb": ("MongoDB", lambda: scratch_mongodb(MONGODB_URI)),
-    "redis": ("Redis", lambda: scratch_redis(REDIS_URL)),
-}
-
-
-@pytest.fixture(params=list(BACKENDS))
-def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
-    name, scratch = BACKENDS[request.param]
-    with contextlib.ExitStack() as stack:
-        if scratch is None:
-            yield stack.enter_context(scratch_sqlite(tmp_path))
-        else:
-            yield require_server(name, lambda: stack.enter_context(scratch()))
 
 
 class Echo:

@@ -7,46 +7,15 @@ count is ``AGENTSESSIONS_CRASH_TRIALS=100 python -m pytest tests/test_crashes.py
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-from backends import Opener, scratch_mongodb, scratch_mysql, scratch_postgres, scratch_redis, scratch_sqlite
-from conftest import (
-    MONGODB_URI,
-    MYSQL_HOST,
-    MYSQL_PASSWORD,
-    MYSQL_PORT,
-    MYSQL_USER,
-    POSTGRES_DSN,
-    REDIS_URL,
-    require_server,
-)
+from backends import Opener
 from crashes import journal_trials, kill_trials, same_session_trials
 
 TRIALS = int(os.environ.get("AGENTSESSIONS_CRASH_TRIALS", "4"))
 SEED = int(os.environ.get("AGENTSESSIONS_CRASH_SEED", str(random.randrange(10**6))))
-
-BACKENDS = {
-    "sqlite": ("SQLite", None),
-    "postgres": ("PostgreSQL", lambda: scratch_postgres(POSTGRES_DSN)),
-    "mysql": ("MariaDB", lambda: scratch_mysql(MYSQL_HOST, MYSQL_PORT, MYSQL_USER, MYSQL_PASSWORD)),
-    "mongodb": ("MongoDB", lambda: scratch_mongodb(MONGODB_URI)),
-    "redis": ("Redis", lambda: scratch_redis(REDIS_URL)),
-}
-
-
-@pytest.fixture(params=list(BACKENDS))
-def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
-    name, scratch = BACKENDS[request.param]
-    with contextlib.ExitStack() as stack:
-        if scratch is None:
-            yield stack.enter_context(scratch_sqlite(tmp_path))
-        else:
-            yield require_server(name, lambda: stack.enter_context(scratch()))
 
 
 def test_a_killed_run_loses_no_steer_and_is_resumed_by_another_process(opener: Opener, tmp_path: Path) -> None:

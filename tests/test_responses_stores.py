@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from backends import Opener, scratch_mongodb, scratch_mysql, scratch_postgres, scratch_sqlite
-from conftest import MONGODB_URI, MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, POSTGRES_DSN, require_server
+from backends import Opener
+from conftest import PERSISTENT, scratch_opener
 from fake_openai import Call
 from fake_responses import Answer, FakeResponses
 
@@ -24,26 +24,16 @@ from agentsessions.endpoints import OpenAIResponsesEndpoint
 from agentsessions.stores.memory import MemoryStore
 
 KEY = "sk-responses-stores"
-BACKENDS = {
-    "memory": ("memory", None),
-    "sqlite": ("SQLite", None),
-    "postgres": ("PostgreSQL", lambda: scratch_postgres(POSTGRES_DSN)),
-    "mysql": ("MariaDB", lambda: scratch_mysql(MYSQL_HOST, MYSQL_PORT, MYSQL_USER, MYSQL_PASSWORD)),
-    "mongodb": ("MongoDB", lambda: scratch_mongodb(MONGODB_URI)),
-}
 
 
-@pytest.fixture(params=list(BACKENDS))
+@pytest.fixture(params=["memory", *PERSISTENT])
 def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
-    name, scratch = BACKENDS[request.param]
-    with contextlib.ExitStack() as stack:
-        if name == "memory":
-            store = MemoryStore()  # one store object is all a memory store has: both handles share it
-            yield lambda: contextlib.nullcontext(store)
-        elif scratch is None:
-            yield stack.enter_context(scratch_sqlite(tmp_path))
-        else:
-            yield require_server(name, lambda: stack.enter_context(scratch()))
+    if request.param == "memory":
+        store = MemoryStore()  # one store object is all a memory store has: both handles share it
+        yield lambda: contextlib.nullcontext(store)
+        return
+    with scratch_opener(request.param, tmp_path) as made:
+        yield made
 
 
 @agent.tool
