@@ -71,6 +71,11 @@ class Hold:
         self.let_go()
         return []
 
+    def leave_steers(self, texts: Sequence[str]) -> None:
+        """Store ``texts`` as the session's steers, for the release to find or the next run to take."""
+        for text in texts:
+            self.store.add_steer(self.claim.session_id, text)
+
     def check(self) -> None:
         """Before a side effect: renew the lease, and learn whether the run was cancelled or superseded."""
         renewal = self.store.renew([self.claim])

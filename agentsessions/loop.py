@@ -205,18 +205,15 @@ class ReactLoop:
         uses, results = self.pending_calls()
         if not uses:
             return
-        redo = {
-            r.tool_use_id
-            for r in results
-            if r.type is ContentType.TOOL_RESULT
-            and r.is_error
-            and r.text == IN_DOUBT
-            and _tool_of(self.tools, uses, r).idempotent
+        marked = {
+            r.tool_use_id for r in results if r.type is ContentType.TOOL_RESULT and r.is_error and r.text == IN_DOUBT
         }
+        in_doubt = [use for use in uses if use.id in marked]
+        # A tool this run does not have counts as not idempotent: it never runs again.
+        redo = {use.id for use in in_doubt if self.tools.get(use.name, _UNKNOWN).idempotent}
         if self.emit:
-            for use in uses:
-                if any(r.tool_use_id == use.id and r.text == IN_DOUBT and r.is_error for r in results):
-                    self.emit(ev.ToolInDoubt(0, use, use.id in redo))
+            for use in in_doubt:
+                self.emit(ev.ToolInDoubt(0, use, use.id in redo))
         kept = [r for r in results if r.tool_use_id not in redo]
         answered = {r.tool_use_id for r in kept if r.type is ContentType.TOOL_RESULT}
         missing = [use for use in uses if use.id not in answered]
@@ -297,8 +294,7 @@ class ReactLoop:
         if box and self.hold is not None:
             # Accepted by Run.steer, and no step left: into the store, where the release
             # below finds them, so they are answered by the next run instead of lost.
-            for text in box:
-                self.hold.store.add_steer(self.hold.claim.session_id, text)
+            self.hold.leave_steers(box)
             box = []
         self.unapplied += box
         if self.hold is None:
@@ -341,9 +337,3 @@ class ReactLoop:
 
 
 _UNKNOWN = Tool("unknown", "", {"type": "object"}, lambda: "")
-
-
-def _tool_of(tools: dict[str, Tool], uses: list[Content], result: Content) -> Tool:
-    """The tool of the call ``result`` answers (one that is not idempotent, when it is unknown)."""
-    name = next((use.name for use in uses if use.id == result.tool_use_id), "")
-    return tools.get(name, _UNKNOWN)
