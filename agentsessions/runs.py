@@ -131,11 +131,7 @@ def derive_state(
         return RunState.IDLE
     state = _STATES.get(stored)
     if state is None:
-        which = f"session {session_id!r:.80}" if session_id else "the session"
-        raise FormatError(
-            f"{which} has run state {stored!r:.40}, which this version of agentsessions does not know "
-            "(a newer version wrote it): upgrade this replica"
-        )
+        raise unknown_state(stored, session_id)
     if state is RunState.RUNNING and (lease_expires_at is None or lease_expires_at <= now):
         return RunState.STALLED
     return state
@@ -196,6 +192,15 @@ def check_lease(lease: object) -> float:
     if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not 0 < lease < 10**9:
         raise ValueError(f"a lease is a number of seconds above 0, got {lease!r:.80}")
     return float(lease)
+
+
+def unknown_state(stored: str, session_id: str = "") -> FormatError:
+    """The error for a record whose run state a newer version wrote (a rolling deploy): never misread."""
+    which = f"session {session_id!r:.80}" if session_id else "the session"
+    return FormatError(
+        f"{which} has run state {stored!r:.40}, which this version of agentsessions does not know "
+        "(a newer version wrote it): upgrade this replica"
+    )
 
 
 def busy(session_id: str, holder: str | None, expires: datetime.datetime | None) -> SessionBusyError:

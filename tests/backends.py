@@ -38,11 +38,8 @@ def postgres_url(dsn: str, schema: str, password: str | None = None) -> str:
 def open_sqlite(path: str) -> Iterator[agent.RunStore]:
     from agentsessions.stores import sqlite
 
-    store = sqlite.open(path)
-    try:
+    with contextlib.closing(sqlite.open(path)) as store:
         yield store
-    finally:
-        store.close()
 
 
 @contextlib.contextmanager

@@ -48,7 +48,7 @@ from agentsessions.runs import (
     listed,
     state_filter,
     superseded,
-    utcnow,
+    unknown_state,
 )
 from agentsessions.session import check_fork_at, check_session_id, check_steer
 from agentsessions.stores import _redis_scripts as scripts
@@ -240,8 +240,8 @@ class RedisStore:
         keys = [self._record(key), self._counters, self._index]
         with self._errors("claim", session_id):
             outcome = self._claim(keys, [key, encode_text(replica), _span(lease), _nonce()])
-        if outcome[0] == -1:  # a newer version's state: derive_state words the FormatError
-            derive_state(_text(outcome[1]), None, utcnow(), session_id)
+        if outcome[0] == -1:  # a newer version's state: never taken over
+            raise unknown_state(_text(outcome[1]) or "", session_id)
         if outcome[0] == 0:
             raise busy(session_id, _text(outcome[1]), _time(outcome[2]))
         return Claim(session_id, int(outcome[0]), replica, lease)

@@ -150,11 +150,8 @@ def _sqlite(url: StoreURL, parts: SplitResult, *, create: bool) -> Iterator[RunS
     path = Path(unquote(parts.path))
     if not create and not path.is_file():
         raise StoreError(f"no SQLite file at {str(path)!r} (only import creates one)")
-    store = sqlite.open(path)
-    try:
+    with contextlib.closing(sqlite.open(path)) as store:
         yield store
-    finally:
-        store.close()
 
 
 @contextlib.contextmanager
