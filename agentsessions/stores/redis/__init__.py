@@ -51,9 +51,9 @@ from agentsessions.runs import (
     unknown_state,
 )
 from agentsessions.session import check_fork_at, check_session_id, check_steer
-from agentsessions.stores.redis import _scripts as scripts
 from agentsessions.stores.kit.failures import could_not
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
+from agentsessions.stores.redis import _scripts as scripts
 
 __all__ = ["PAGE_SIZE", "RedisStore"]
 
