@@ -121,7 +121,7 @@ class ReactLoop:
             emit(ev.StepStarted(step))
         self.collect_steers()
         self.save()
-        self.unsaved_box = []  # saved, or (without a session) carried by the request
+        self.unsaved_box.clear()  # saved, or (without a session) carried by the request
         if self.keep.cancel_requested:  # the save brought a cancel from elsewhere
             self.stop_reason = StopReason.CANCELLED
             return
