@@ -9,15 +9,13 @@ import threading
 from collections.abc import Sequence
 
 import pytest
-from backends import Opener
-from conftest import (
-    wait_for,
-)
 
 import agentsessions as agent
 from agentsessions.codec import encode_text
 from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.stores.memory import MemoryStore
+from tests.support.backends import Opener
+from tests.support.waiting import wait_for
 
 
 class Echo:

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_anthropic import FakeAnthropic, Reply, sign, text, thinking, tool_use
 
 import agentsessions as agent
 from agentsessions.endpoints import AnthropicEndpoint, EndpointDecodingError, ScriptedEndpoint
 from agentsessions.stores import sqlite
 from agentsessions.stores.memory import MemoryStore
+from tests.fakes.fake_anthropic import FakeAnthropic, Reply, sign, text, thinking, tool_use
 
 KEY = "sk-ant-test-blocks"
 C = agent.Content
@@ -314,7 +314,7 @@ def test_thinking_takes_a_budget_or_the_apis_object(fake: FakeAnthropic) -> None
 )
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_malformed_usage_is_a_decoding_error_whole_or_streamed(usage: object, stream: bool) -> None:
-    from fake_server import RawServer
+    from tests.fakes.fake_server import RawServer
 
     message = {
         "type": "message",

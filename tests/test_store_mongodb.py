@@ -6,7 +6,7 @@ the server at ``AGENTSESSIONS_TEST_MONGODB``. Each test uses a database of its o
 
 from __future__ import annotations
 
-from conftest import skip_without
+from tests.support.servers import skip_without
 
 skip_without("pymongo", extra="mongodb")  # before the imports that need them
 
@@ -26,8 +26,6 @@ from typing import Any
 
 import pymongo
 import pytest
-from conftest import MONGODB_URI, require_server, wait_for
-from crossprocess import check_steers_across_processes
 from pymongo import MongoClient
 from pymongo.database import Database
 from pymongo.monitoring import CommandFailedEvent, CommandListener, CommandStartedEvent, CommandSucceededEvent
@@ -37,6 +35,9 @@ from agentsessions.codec import dump_message
 from agentsessions.runs import Progress, Renewal
 from agentsessions.stores import _mongodb_layout, mongodb
 from agentsessions.testing import storetest
+from tests.support.crossprocess import check_steers_across_processes
+from tests.support.servers import MONGODB_URI, require_server
+from tests.support.waiting import wait_for
 
 Client = MongoClient[dict[str, Any]]
 

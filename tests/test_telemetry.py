@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_anthropic import FakeAnthropic, Reply, text, tool_use
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -21,7 +20,6 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from scripts import call, double, echo_last_result
 
 import agentsessions as agent
 from agentsessions import events as ev
@@ -30,6 +28,8 @@ from agentsessions.loop import IN_DOUBT
 from agentsessions.stores import sqlite
 from agentsessions.stores.memory import MemoryStore
 from agentsessions.telemetry import DURATION_BUCKETS, TOKEN_BUCKETS, OpenTelemetry
+from tests.fakes.fake_anthropic import FakeAnthropic, Reply, text, tool_use
+from tests.support.scripts import call, double, echo_last_result
 
 USER = agent.Message.user("double 1, please")
 USAGE = agent.Usage(input_tokens=10, output_tokens=5, cache_read_tokens=3, cache_write_tokens=2)
@@ -304,7 +304,7 @@ def test_without_providers_the_global_ones_serve_and_bad_options_are_refused() -
 
 
 def _resume_when_stalled(spec: agent.Spec, store: agent.RunStore, telemetry: OpenTelemetry) -> None:
-    from conftest import wait_for
+    from tests.support.waiting import wait_for
 
     wait_for("replica A's lease to lapse", lambda: store.info("conversation-7").state is agent.RunState.STALLED)
     messages = store.messages("conversation-7")

@@ -34,8 +34,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import attrs
-from fake_prompt_cache import PromptCache
-from fake_server import Fail, FakeServer, Handler, Rejected, dumps, pieces
+
+from tests.fakes.fake_prompt_cache import PromptCache
+from tests.fakes.fake_server import Fail, FakeServer, Handler, Rejected, dumps, pieces
 
 PREFILL_REFUSED = (
     "This model does not support assistant message prefill. The conversation must end with a user message."
