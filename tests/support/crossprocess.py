@@ -10,7 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import queue
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 
 import agentsessions as agent
@@ -40,7 +40,7 @@ def _take(open_store: StoreOpener, results: multiprocessing.Queue[list[str]]) ->
 
 
 def _next_batch(
-    results: multiprocessing.Queue[list[str]], takers: list[multiprocessing.process.BaseProcess]
+    results: multiprocessing.Queue[list[str]], takers: Sequence[multiprocessing.process.BaseProcess]
 ) -> list[str]:
     """The next taker's steers; fails at once if a taker died without reporting, not after the patience."""
     deadline = time.monotonic() + PATIENCE
