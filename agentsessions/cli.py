@@ -64,10 +64,10 @@ from typing import IO, NoReturn
 
 import attrs
 
-from agentsessions import _cli_format as fmt
+from agentsessions import _format as fmt
 from agentsessions.codec import dumps, loads
 from agentsessions.errors import AgentSessionsError, ConflictError, StoreError
-from agentsessions.runs import RunState, SessionInfo, utcnow
+from agentsessions.runs import RunState, SessionInfo, exists, utcnow
 from agentsessions.session import ForkStore, RunStore
 from agentsessions.stores.urls import StoreURL, mask_urls, open_url, parse_url
 
@@ -137,14 +137,9 @@ class Streams:
         self.out.write(line + "\n")
 
 
-def _exists(info: SessionInfo) -> bool:
-    # An unknown id reads as an IDLE record with nothing in it; anything else was made by someone.
-    return bool(info.length or info.updated_at or info.state is not RunState.IDLE or info.pending_steers)
-
-
 def _known(store: RunStore, session_id: str) -> SessionInfo:
     info = store.info(session_id)
-    if not _exists(info):
+    if not exists(info):
         raise CliError(Exit.NOT_FOUND, f"no session {session_id!r:.300}")
     return info
 
@@ -222,7 +217,7 @@ def _export(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
 def _import(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
     messages = args.transcript  # read by _run before the store was opened
     info = store.info(args.id)
-    if _exists(info) and not args.replace:
+    if exists(info) and not args.replace:
         raise CliError(Exit.CONFLICT, f"session {args.id!r:.300} exists; pass --replace to overwrite its transcript")
     if info.state is RunState.RUNNING:
         raise CliError(Exit.CONFLICT, f"session {args.id!r:.300} is held by a live run ({info.holder}); not replaced")

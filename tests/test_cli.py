@@ -20,8 +20,14 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import attrs
 import pytest
-from backends import Opener, postgres_url, scratch_mongodb, scratch_mysql, scratch_postgres, scratch_redis
-from conftest import (
+
+import agentsessions as agent
+from agentsessions.cli import Exit, main, parse_store_url
+from agentsessions.endpoints import ScriptedEndpoint
+from agentsessions.stores import sqlite
+from tests.support.backends import Opener, postgres_url, scratch_mongodb, scratch_mysql, scratch_postgres, scratch_redis
+from tests.support.scripts import call, double, echo_last_result
+from tests.support.servers import (
     MONGODB_URI,
     MYSQL_HOST,
     MYSQL_PASSWORD,
@@ -30,14 +36,8 @@ from conftest import (
     POSTGRES_DSN,
     REDIS_URL,
     require_server,
-    wait_for,
 )
-from scripts import call, double, echo_last_result
-
-import agentsessions as agent
-from agentsessions.cli import Exit, main, parse_store_url
-from agentsessions.endpoints import ScriptedEndpoint
-from agentsessions.stores import sqlite
+from tests.support.waiting import wait_for
 
 SECRET = "Hunter2-S3cr3t"  # distinctive: if it shows up anywhere, it came from the URL
 

@@ -15,14 +15,14 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
 import requests
-from conftest import POSTGRES_DSN, require_server
-from console_server import TOKEN, served, sqlite_store
 
 import agentsessions as agent
 from agentsessions.console._guard import SECURITY_HEADERS
 from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.messages import Content, ContentType, Message, Role
 from agentsessions.stores import sqlite
+from tests.support.console_server import TOKEN, served, sqlite_store
+from tests.support.servers import POSTGRES_DSN, require_server
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 EVIL = "<script>alert(1)</script>"
@@ -190,7 +190,7 @@ def test_the_script_polls_for_new_messages(base: str, store: sqlite.SQLiteStore)
 
 def test_no_store_password_on_any_page(tmp_path: Path) -> None:
     """The command over PostgreSQL with a password in the URL: its output and pages never show it."""
-    from backends import scratch_postgres
+    from tests.support.backends import scratch_postgres
 
     secret = "Hunter2-S3cr3t-console"
     with require_server("PostgreSQL", lambda: scratch_postgres(POSTGRES_DSN)) as opener:

@@ -16,9 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_for
-from console_server import TOKEN, served, sqlite_store
-from scripts import call, double
 from selenium import webdriver
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
@@ -31,6 +28,9 @@ from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.messages import Message
 from agentsessions.runs import RunState
 from agentsessions.stores import sqlite
+from tests.support.console_server import TOKEN, served, sqlite_store
+from tests.support.scripts import call, double
+from tests.support.waiting import wait_for
 
 GATE_TIMEOUT = 60.0
 """Seconds a scripted reply waits for its gate before it fails, as a provider's timeout would."""

@@ -14,7 +14,7 @@ from urllib.parse import quote, urlencode
 
 import attrs
 
-from agentsessions import _cli_format as fmt
+from agentsessions import _format as fmt
 from agentsessions.runs import RunState, SessionInfo, Steer
 
 
