@@ -14,7 +14,8 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
-from conftest import skip_without
+
+from tests.support.servers import skip_without
 
 skip_without("agents", "claude_agent_sdk", extra="openai-agents,claude")
 

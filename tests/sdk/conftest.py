@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PERSISTENT, scratch_opener
 
 import agentsessions as agent
 from agentsessions.stores.memory import MemoryStore
+from tests.support.backends import PERSISTENT, scratch_opener
 
 STORES = ("memory", *PERSISTENT)
 
