@@ -32,6 +32,12 @@ SLOW_MODULES = {
     "test_openai_sdk_fixtures.py",
     "test_anthropic_sdk_fixtures.py",
     "test_docs.py",
+    # The SDK adapters: processes racing, and the SDKs' own suites (tests/sdk) on every store.
+    "test_integrations.py",
+    "test_session.py",
+    "test_session_limit.py",
+    "test_session_store_conformance.py",
+    "test_session_helpers_store.py",
 }
 
 
