@@ -17,7 +17,8 @@ SERVER_MODULES = {
     "test_store_mongodb.py",
     "test_store_redis.py",
     "test_example_postgres.py",
-    "test_example_flask.py",
+    "test_example_web.py",
+    "test_contrib_django.py",
 }
 SERVER_IDS = ("postgres", "mysql", "mongodb", "redis", "PostgreSQL", "MariaDB", "MongoDB", "Redis")
 CRASH_MODULES = {"test_crashes.py"}
