@@ -38,8 +38,8 @@ Store URLs (--store, else the AGENTSESSIONS_STORE environment variable):
 
 Encrypted stores (agentsessions.crypto): --keys FILE (else the AGENTSESSIONS_KEYS_FILE
   environment variable) names a keyring file, {"current": ID, "keys": {ID: BASE64, ...}};
-  every command then reads and writes the store through it. --unwrap MODULE:FUNCTION
-  names a function (key_id, stored_bytes) -> key that unwraps each key (a KMS call).
+  every command then reads and writes the store through it. --unwrap MODULE:FUNCTION (after
+  the command) names a function (key_id, stored_bytes) -> key unwrapping each key (a KMS).
   Needs: pip install agentsessions[crypto]
 
 Exit codes:
@@ -77,10 +77,10 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 import attrs
 
-from agentsessions import _cli_format as fmt
+from agentsessions import _format as fmt
 from agentsessions.codec import dumps, loads
 from agentsessions.errors import AgentSessionsError, ConflictError, StoreError
-from agentsessions.runs import RunState, SessionInfo, utcnow
+from agentsessions.runs import RunState, SessionInfo, exists, utcnow
 from agentsessions.session import ForkStore, RunStore
 from agentsessions.stores.urls import StoreURL, mask_urls, open_url, parse_url
 
@@ -154,14 +154,9 @@ class Streams:
         self.out.write(line + "\n")
 
 
-def _exists(info: SessionInfo) -> bool:
-    # An unknown id reads as an IDLE record with nothing in it; anything else was made by someone.
-    return bool(info.length or info.updated_at or info.state is not RunState.IDLE or info.pending_steers)
-
-
 def _known(store: RunStore, session_id: str) -> SessionInfo:
     info = store.info(session_id)
-    if not _exists(info):
+    if not exists(info):
         raise CliError(Exit.NOT_FOUND, f"no session {session_id!r:.300}")
     return info
 
@@ -239,7 +234,7 @@ def _export(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
 def _import(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
     messages = args.transcript  # read by _run before the store was opened
     info = store.info(args.id)
-    if _exists(info) and not args.replace:
+    if exists(info) and not args.replace:
         raise CliError(Exit.CONFLICT, f"session {args.id!r:.300} exists; pass --replace to overwrite its transcript")
     if info.state is RunState.RUNNING:
         raise CliError(Exit.CONFLICT, f"session {args.id!r:.300} is held by a live run ({info.holder}); not replaced")
@@ -395,9 +390,10 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--store", metavar="URL", help=f"the store (default: ${ENVIRONMENT})")
     keys_help = f"a keyring file: the store is encrypted (default: ${KEYS_ENVIRONMENT})"
     unwrap_help = "MODULE:FUNCTION unwrapping each key of the keys file (a KMS call)"
-    for parent, default in ((store, argparse.SUPPRESS), (top, None)):
-        parent.add_argument("--keys", metavar="FILE", default=default, help=keys_help)
-        parent.add_argument("--unwrap", metavar="MODULE:FUNCTION", default=default, help=unwrap_help)
+    store.add_argument("--keys", metavar="FILE", default=argparse.SUPPRESS, help=keys_help)
+    top.add_argument("--keys", metavar="FILE", help=keys_help)
+    top.set_defaults(unwrap=None)  # after the command only: the top usage line stays one line
+    store.add_argument("--unwrap", metavar="MODULE:FUNCTION", default=argparse.SUPPRESS, help=unwrap_help)
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, run: Callable[..., Exit], text: str) -> argparse.ArgumentParser:

@@ -1,9 +1,9 @@
 """A run's hold on its session in a :class:`~agentsessions.session.RunStore`, and the heartbeat that keeps it.
 
-``Hold`` is what the loop talks to instead of the session when the store keeps runs: it
-peeks the steers and remembers which it took until a save carries them (taking and saving
-are then one atomic step in the store), saves only under its claim, and releases the
-session in the state the run ended in.
+``Hold`` is the run's persistence (:mod:`agentsessions.persistence`) when the store keeps
+runs: it peeks the steers and remembers which it took until a save carries them (taking
+and saving are then one atomic step in the store), saves only under its claim, and
+releases the session in the state the run ended in.
 
 Leases follow one ``Heartbeat`` per store object in this process, not one thread or one
 write per run: every beat renews all of this process's claims on that store in one
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from agentsessions.errors import ConflictError, StoreError
-from agentsessions.messages import Message
+from agentsessions.messages import Content, Message
 from agentsessions.runs import Claim, RunState, Steer, superseded
 from agentsessions.session import RunStore
 
@@ -52,17 +52,53 @@ class Hold:
         fresh = [s for s in self.store.peek_steers(self.claim.session_id) if s.seq not in self.taken]
         return self._take(fresh)
 
-    def save(self, messages: Sequence[Message]) -> None:
+    def save(self, transcript: Sequence[Message]) -> bool:
         """Save under the claim, deleting the steers the transcript now carries."""
-        progress = self.store.save_run(self.claim, messages, taken=self.taken)
+        progress = self.store.save_run(self.claim, transcript, taken=self.taken)
         self.taken = []
         self.cancel_requested = self.cancel_requested or progress.cancel_requested
+        return True
+
+    def before_call(self, transcript: list[Message], results: Sequence[Content], use: Content) -> bool:
+        """Before a side effect: renew the lease, and learn whether the run was cancelled or superseded."""
+        renewal = self.store.renew([self.claim])
+        self.cancel_requested = self.cancel_requested or bool(renewal.cancelling)
+        if renewal.lost:
+            self.lost = True
+        if self.lost:
+            raise superseded(self.claim)
+        return False
+
+    def after_call(self, transcript: list[Message], results: Sequence[Content]) -> bool:
+        """Nothing: without the journal, a tool's result is saved with the next request."""
+        return False
+
+    def leave_steers(self, texts: Sequence[str]) -> list[str]:
+        """Store ``texts`` as the session's steers, for the release to find or the next run to take."""
+        for text in texts:
+            self.store.add_steer(self.claim.session_id, text)
+        return []
+
+    def finish(self, transcript: Sequence[Message], end: RunState, *, room: bool) -> tuple[bool, list[str]]:
+        """Save and release in state ``end``, unless steers arrived since the last collection.
+
+        With ``room`` the run goes on with those steers, still holding the session: releasing
+        and that check are one step. Without, they are steers whose senders were told
+        ``RUNNING`` and no step is left for them: the session is saved but not released, so
+        its lease lapses and a resumer finds it ``STALLED`` with them pending (they stay in the
+        store until a run's save carries them).
+        """
+        late = self.release(transcript, end, unless_steered=True)
+        if late and not room:
+            self.let_go()
+            return True, []
+        return True, late
 
     def release(self, messages: Sequence[Message], end: RunState, *, unless_steered: bool) -> list[str]:
         """Save and release in state ``end``; with ``unless_steered``, steers that arrived instead.
 
         When steers arrived since the last collection, the session stays held and their
-        texts are returned for the run to go on with: releasing and that check are one step.
+        texts are returned: releasing and that check are one step.
         """
         progress = self.store.save_run(self.claim, messages, taken=self.taken, end=end, unless_steered=unless_steered)
         self.taken = []
@@ -71,28 +107,15 @@ class Hold:
         self.let_go()
         return []
 
-    def leave_steers(self, texts: Sequence[str]) -> None:
-        """Store ``texts`` as the session's steers, for the release to find or the next run to take."""
-        for text in texts:
-            self.store.add_steer(self.claim.session_id, text)
-
-    def check(self) -> None:
-        """Before a side effect: renew the lease, and learn whether the run was cancelled or superseded."""
-        renewal = self.store.renew([self.claim])
-        self.cancel_requested = self.cancel_requested or bool(renewal.cancelling)
-        if renewal.lost:
-            self.lost = True
-        if self.lost:
-            raise superseded(self.claim)
-
-    def abandon(self, messages: Sequence[Message]) -> bool:
-        """After a failure: save what the run has and release it as ``FAILED``, if the store lets us."""
+    def stop(self, transcript: Sequence[Message], end: RunState) -> bool:
+        """After a failure or an interrupt: save what the run has and release it as ``end``, if the store lets us."""
         try:
-            self.release(messages, RunState.FAILED, unless_steered=False)
+            self.release(transcript, end, unless_steered=False)
         except ConflictError:
             return False  # superseded: the run that took over owns the session now
         except StoreError as error:
-            log.warning("could not release session %r after the run failed: %s", self.claim.session_id, error)
+            session_id = self.claim.session_id
+            log.warning("could not release session %r as %s after the run ended: %s", session_id, end.value, error)
             return False
         finally:
             self.let_go()

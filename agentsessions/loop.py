@@ -3,10 +3,9 @@
 One instance runs one conversation turn on one thread. ``Run`` (runner.py) owns the
 thread, the in-memory steer box and cancellation; this module owns what a step does.
 
-Where the transcript goes depends on the session. None: nowhere, at no cost. A session
-over a :class:`~agentsessions.session.RunStore`: through the run's :class:`Hold`, which
-saves under its claim and takes steers in the same atomic step as the save that carries
-them. Any other session: its four seed methods, as before, without those guarantees.
+Where the transcript goes was decided when the run started: the loop hands it to the run's
+:class:`~agentsessions.persistence.Persistence` at fixed points (a step's start, around
+each tool call, the finish) and never asks which one it has.
 """
 
 from __future__ import annotations
@@ -17,8 +16,9 @@ from collections.abc import Callable, Sequence
 from agentsessions import events as ev
 from agentsessions.endpoint import Endpoint, ModelRequest, Usage
 from agentsessions.errors import RunFinishedError
-from agentsessions.holding import Hold
-from agentsessions.messages import Content, ContentType, Message, Role
+from agentsessions.messages import Content, ContentType, Message, Role, put_results
+from agentsessions.persistence import IN_DOUBT as IN_DOUBT  # the journal's mark, where users import it from
+from agentsessions.persistence import Persistence
 from agentsessions.runs import RunState
 from agentsessions.spec import Spec, StopReason
 from agentsessions.tools import Tool, call
@@ -26,10 +26,6 @@ from agentsessions.tools import Tool, call
 EventSink = Callable[[ev.Event], object]
 
 CANCELLED_TOOL = "the run was cancelled before this tool call ran"
-IN_DOUBT = (
-    "this tool call was started but its result was never recorded: the run stopped while the call "
-    "was in progress, so it may or may not have taken effect, and its result is lost"
-)
 
 
 class SteerBox:
@@ -80,7 +76,7 @@ class ReactLoop:
         emit: EventSink | None,
         box: SteerBox,
         cancelled: Callable[[], bool],
-        hold: Hold | None = None,
+        keep: Persistence,
     ) -> None:
         self.spec = spec
         self.transcript = list(messages)
@@ -88,13 +84,13 @@ class ReactLoop:
         self.emit = emit
         self.box = box
         self.run_cancelled = cancelled
-        self.hold = hold
+        self.keep = keep
         self.tools = {tool.name: tool for tool in spec.tools}
         self.steps = 0
         self.input_tokens = self.output_tokens = self.cache_read_tokens = self.cache_write_tokens = 0
         self.stop_reason: str = ""
-        # Steers from the run's box that are in the transcript but in no save yet: if the
-        # run fails before one, they are reported unapplied; and those it had no step left for.
+        # Steers from the run's box that are in the transcript but in no save (or request) yet:
+        # if the run fails before one, they are reported unapplied; and those it had no step left for.
         self.unsaved_box: list[str] = []
         self.unapplied: list[str] = []
 
@@ -124,11 +120,11 @@ class ReactLoop:
         if emit:
             emit(ev.StepStarted(step))
         self.collect_steers()
-        if self.hold is not None or self.spec.session is not None:
-            self.save()
-            if self.hold is not None and self.hold.cancel_requested:  # the save brought a cancel from elsewhere
-                self.stop_reason = StopReason.CANCELLED
-                return
+        self.save()
+        self.unsaved_box.clear()  # saved, or (without a session) carried by the request
+        if self.keep.cancel_requested:  # the save brought a cancel from elsewhere
+            self.stop_reason = StopReason.CANCELLED
+            return
         request = ModelRequest(
             self.spec.system,
             tuple(self.transcript),
@@ -160,41 +156,24 @@ class ReactLoop:
     def call_tools(self, uses: list[Content], results: list[Content]) -> None:
         """Run tool calls in order, their results joining ``results`` in the user message after the calls.
 
-        Once the run is cancelled, the rest get error results. With the journal, each call
-        is saved as started (its result standing in doubt) before it runs, and its result
-        right after: a crash in between leaves the in-doubt result, so it never runs twice.
-        The first of those saves also carries the calls themselves, as soon as they arrived.
+        Once the run is cancelled, the rest get error results. The run's persistence sees
+        each call before it runs (proving the run still holds its session; the journal
+        records it as started) and after it returned (the journal records its result).
         """
-        hold, journal = self.hold, self.spec.journal
+        keep = self.keep
         for use in uses:
             # A tool may have side effects: run it only while the run holds the session and
-            # nobody asked it to stop. The journal's save learns both; without it, a renewal.
-            if journal and not self.cancelled():
-                self.put_results([*results, Content.tool_result(use.id, IN_DOUBT, is_error=True)])
-                self.save()
-            elif hold is not None and not self.cancelled():
-                hold.check()
+            # nobody asked it to stop.
+            if not self.cancelled() and keep.before_call(self.transcript, results, use):
+                self.saved()
             if self.cancelled():
                 self.stop_reason = StopReason.CANCELLED
                 results.append(Content.tool_result(use.id, CANCELLED_TOOL, is_error=True))
                 continue
             results += self.call_tool(use)
-            if journal:
-                self.put_results(results)
-                self.save()
-        self.put_results(results)
-
-    def put_results(self, results: list[Content]) -> None:
-        """Make ``results`` (with the media tools returned) those of the user message after the last calls.
-
-        They go before the message's other blocks, such as steers.
-        """
-        last = self.transcript[-1]
-        if last.role is Role.USER:
-            others = tuple(c for c in last.content if not c.part_of_result)
-            self.transcript[-1] = Message(Role.USER, (*results, *others))
-        else:
-            self.transcript.append(Message(Role.USER, results))
+            if keep.after_call(self.transcript, results):
+                self.saved()
+        put_results(self.transcript, results)
 
     def finish_pending_calls(self) -> None:
         """A transcript that ends in tool calls without results: run those calls first, in order.
@@ -234,26 +213,23 @@ class ReactLoop:
         """Run one tool call, reporting it to the event sink: its result, then the media the tool returned."""
         if self.emit:
             self.emit(ev.ToolCalled(self.steps, use))
-        blocks = call(self.tools, use)
+        blocks, error = call(self.tools, use)
         if self.emit:
-            self.emit(ev.ToolReturned(self.steps, blocks[0], tuple(blocks[1:])))
+            self.emit(ev.ToolReturned(self.steps, blocks[0], tuple(blocks[1:]), error))
         return blocks
 
     def cancelled(self) -> bool:
         """Whether ``Run.cancel`` or, through the store, another replica asked the run to stop."""
-        return self.run_cancelled() or (self.hold is not None and self.hold.cancel_requested)
+        return self.run_cancelled() or self.keep.cancel_requested
 
     def collect_steers(self) -> None:
         """Put waiting steers (the run's box, then the session's) where the run has got to."""
         # The store's first: if taking them fails, the box's are still in the box, and the
         # failed run reports them unapplied instead of losing them.
-        if self.hold is not None:
-            stored = self.hold.take_steers()
-        else:
-            stored = self.spec.session.take_steers() if self.spec.session is not None else []
+        stored = self.keep.take_steers()
         box = self.box.take()
         if box or stored:
-            self.note_box(box)
+            self.unsaved_box += box
             self.apply_steers([("run", text) for text in box] + [("session", text) for text in stored])
 
     def apply_steers(self, texts: list[tuple[str, str]]) -> None:
@@ -269,57 +245,34 @@ class ReactLoop:
                 self.emit(ev.SteerApplied(self.steps, text, source))
 
     def save(self) -> None:
-        """Write the transcript to the session, when there is one."""
-        if self.hold is not None:
-            self.hold.save(self.transcript)
-        elif self.spec.session is not None:
-            self.spec.session.save(self.transcript)
-        self.saved()
+        """Hand the transcript to the run's persistence, which writes it if it has somewhere to."""
+        if self.keep.save(self.transcript):
+            self.saved()
 
     def finish(self) -> list[tuple[str, str]]:
-        """The last save and, with a run store, the release; or the steers that arrived meanwhile.
+        """The last save and the release; or the steers that arrived meanwhile, to go on with.
 
         Steers that arrived after the last collection (in the box, or in the store) keep the
-        run going, unless it is cancelled or has no step left for them: then the box's are
-        reported unapplied, and the store's keep the session from being released: its lease
-        lapses, and a resumer runs them (a steer answered ``RUNNING`` is a promise). The box closes first,
-        so a later ``Run.steer`` raises and its caller steers the session, which the release
-        checks in the same step.
+        run going, unless it is cancelled or has no step left for them: then the box's go to
+        the store for the next run (or, when it has none, are reported unapplied), and the
+        store's stay there for a resumer (a steer answered ``RUNNING`` is a promise). The box
+        closes first, so a later ``Run.steer`` raises and its caller steers the session,
+        which the release checks in the same step.
         """
         room = self.stop_reason != StopReason.CANCELLED and self.steps < self.spec.max_steps
         box = self.box.take(close=True)
         if box and room:
-            self.note_box(box)
+            self.unsaved_box += box
             return [("run", text) for text in box]
-        if box and self.hold is not None:
-            # Accepted by Run.steer, and no step left: into the store, where the release
-            # below finds them, so they are answered by the next run instead of lost.
-            self.hold.leave_steers(box)
-            box = []
-        self.unapplied += box
-        if self.hold is None:
-            if self.spec.session is not None:
-                self.save()
-            return []
+        self.unapplied += self.keep.leave_steers(box) if box else []
         end = RunState.CANCELLED if self.stop_reason == StopReason.CANCELLED else RunState.FINISHED
-        late = self.hold.release(self.transcript, end, unless_steered=True)
-        self.saved()
-        if late and not room:
-            # Steers whose senders were told RUNNING, and no step left for them: the session
-            # is saved but not released, so its lease lapses and a resumer finds it STALLED
-            # with them pending (they stay in the store until a run's save carries them).
-            self.hold.let_go()
-            return []
+        wrote, late = self.keep.finish(self.transcript, end, room=room)
+        if wrote:
+            self.saved()
         return [("session", text) for text in late]
 
-    def note_box(self, box: list[str]) -> None:
-        """Box steers going into the transcript: with a session, unapplied until a save carries them."""
-        if box and (self.hold is not None or self.spec.session is not None):
-            self.unsaved_box += box  # without a session, the request itself carries them
-
     def saved(self) -> None:
-        """Note a save: the box's steers are carried by it."""
-        self.unsaved_box = []
+        """Report a save."""
         if self.emit:
             self.emit(ev.TranscriptSaved(self.steps, len(self.transcript)))
 

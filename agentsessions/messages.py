@@ -318,6 +318,20 @@ class Message:
         return tuple(c for c in self.content if c.type is ContentType.TOOL_USE)
 
 
+def put_results(transcript: list[Message], results: Sequence[Content]) -> None:
+    """Make ``results`` (with the media tools returned) those of the user message after the last calls.
+
+    They go before the message's other blocks, such as steers; a new user message when the
+    transcript ends with the calls.
+    """
+    last = transcript[-1]
+    if last.role is Role.USER:
+        others = tuple(c for c in last.content if not c.part_of_result)
+        transcript[-1] = Message(Role.USER, (*results, *others))
+    else:
+        transcript.append(Message(Role.USER, results))
+
+
 def transcript_list(messages: object) -> list[Any]:
     """``messages`` as a list (the same list when it is one), its elements not yet checked."""
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):

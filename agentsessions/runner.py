@@ -22,13 +22,14 @@ from collections.abc import Sequence
 from types import TracebackType
 
 from agentsessions import events as ev
+from agentsessions import persistence
 from agentsessions.endpoint import Endpoint
 from agentsessions.errors import RunError, RunFinishedError, RunnerClosedError, SessionBusyError
-from agentsessions.holding import Hold
 from agentsessions.loop import EventSink, ReactLoop, SteerBox
 from agentsessions.messages import Message, check_transcript
+from agentsessions.persistence import Persistence
 from agentsessions.runs import RunState
-from agentsessions.session import RunStore, Session, StoreSession, check_steer
+from agentsessions.session import Session, StoreSession, check_steer
 from agentsessions.spec import Pattern, Result, Resume, Spec, StopReason
 
 log = logging.getLogger("agentsessions")
@@ -65,7 +66,7 @@ class Run:
         messages: list[Message],
         endpoint: Endpoint,
         emit: EventSink | None,
-        hold: Hold | None,
+        keep: Persistence,
         replica: str = "",
     ) -> None:
         emit = Listener(emit) if emit is not None else None
@@ -76,7 +77,7 @@ class Run:
         self._finished = threading.Event()
         self._result: Result | None = None
         self._error: RunError | None = None
-        self._loop = ReactLoop(spec, messages, endpoint, emit, self._box, lambda: self._cancelled, hold)
+        self._loop = ReactLoop(spec, messages, endpoint, emit, self._box, lambda: self._cancelled, keep)
 
     @property
     def session(self) -> Session | None:
@@ -124,7 +125,7 @@ class Run:
                 self._loop.run()
             except Exception as caught:
                 error = caught
-                self._abandon()
+                self._stop(RunState.FAILED)
             self._result = self._close(failed=error is not None)
             if self._emit:
                 self._emit(ev.RunFinished(self._result, error))
@@ -132,14 +133,13 @@ class Run:
                 self._error = RunError(f"the run failed in step {self._loop.steps}: {error!r}", self._result)
                 self._error.__cause__ = error
         finally:
-            if self._loop.hold is not None:
-                self._loop.hold.let_go()
+            self._loop.keep.let_go()
             self._finished.set()
 
-    def _abandon(self) -> None:
-        """After a failure, save what the run has and release its session as ``FAILED``, if the store lets us."""
+    def _stop(self, end: RunState) -> None:
+        """After a failure, save what the run has and release its session as ``end``, if the store lets us."""
         loop = self._loop
-        if loop.hold is not None and loop.hold.abandon(loop.transcript):
+        if loop.keep.stop(loop.transcript, end):
             loop.unsaved_box = []
 
     def _close(self, failed: bool) -> Result:
@@ -281,10 +281,11 @@ class Runner:
         transcript = [] if resume is not None else check_transcript(messages)
         if self._closed:
             raise RunnerClosedError(f"{self!r} was shut down; it starts no more runs")
-        hold = self._hold(spec)  # the claim: no lock held
+        # The claim, when the store keeps runs (no lock held): how the run persists is decided here, once.
+        keep = persistence.choose(spec.session, journal=spec.journal, replica=self.replica, lease=spec.lease)
         if resume is not None:
-            transcript = self._resumed(spec, resume, hold)
-        run = Run(spec, transcript, endpoint, events, hold, self.replica)
+            transcript = self._resumed(spec, resume, keep)
+        run = Run(spec, transcript, endpoint, events, keep, self.replica)
         with self._lock:
             self._runs.add(run)
             if self._closed:  # shut down while claiming: it stops before its first request
@@ -293,24 +294,16 @@ class Runner:
         return run
 
     @staticmethod
-    def _resumed(spec: Spec, resume: Resume, hold: Hold | None) -> list[Message]:
+    def _resumed(spec: Spec, resume: Resume, keep: Persistence) -> list[Message]:
         """The stored transcript continued by ``resume``, read after the claim so no other run writes in between."""
         assert spec.session is not None
         try:
             return resume.continued(spec.session.messages())
         except BaseException:
-            if hold is not None:
-                # Nothing was run or written: stop renewing, and the lease lapses (the
-                # session shows STALLED until then, and a resumer or the next run takes it).
-                hold.let_go()
+            # Nothing was run or written: stop renewing, and the lease lapses (the session
+            # shows STALLED until then, and a resumer or the next run takes it).
+            keep.let_go()
             raise
-
-    def _hold(self, spec: Spec) -> Hold | None:
-        """Claim the spec's session when its store keeps runs; raises ``SessionBusyError`` while it is held."""
-        session = spec.session
-        if isinstance(session, StoreSession) and isinstance(session.store, RunStore):
-            return Hold.claim_session(session.store, session.id, self.replica, spec.lease)
-        return None
 
 
 def _same_session(one: Session | None, other: Session) -> bool:

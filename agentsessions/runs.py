@@ -137,6 +137,15 @@ def derive_state(
     return state
 
 
+def exists(info: SessionInfo) -> bool:
+    """Whether the store has anything for this session: a transcript, a run, or steers.
+
+    ``info()`` on an id no one used answers an ``IDLE`` record with nothing in it; any other
+    record was made by someone.
+    """
+    return bool(info.length or info.updated_at or info.state is not RunState.IDLE or info.pending_steers)
+
+
 _STATES = {member.value: member for member in RunState}
 
 

@@ -2,8 +2,8 @@
 
     python benchmarks/prompt_cache_cost.py [--steps 40]
 
-The run goes to the test suite's local Messages API (tests/fake_anthropic.py) with its
-token counting on: the prompt cache the API documents (tests/fake_prompt_cache.py), a
+The run goes to the test suite's local Messages API (tests/fakes/fake_anthropic.py) with its
+token counting on: the prompt cache the API documents (tests/fakes/fake_prompt_cache.py), a
 1,024-token minimum, lookups at each breakpoint and 20 blocks back. Each step sends the
 whole transcript again; what is *new* in a request is what the request before did not
 send. The figure is the input billed at the full rate or more (uncached input and cache
@@ -20,13 +20,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from fake_anthropic import FakeAnthropic, Reply, text, tool_use
-from fake_prompt_cache import PromptCache
+# Run as a script too: the test suite (a package at the repository's top) must be importable.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import agentsessions as agent
 from agentsessions.endpoints import AnthropicEndpoint
+from tests.fakes.fake_anthropic import FakeAnthropic, Reply, text, tool_use
+from tests.fakes.fake_prompt_cache import PromptCache
 
 KEY = "sk-ant-benchmark"
 SYSTEM = "You are a careful research assistant. Cite what each tool returns. " * 120  # about 2,000 tokens

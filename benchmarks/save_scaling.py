@@ -9,7 +9,7 @@ way a run saves it, against the raw size of its messages (their codec JSON). A s
 driver or server is missing is skipped, with the reason. Goals: t(2000)/t(20) <= 1.5,
 stored/raw <= 1.2.
 
-Servers: PostgreSQL, MariaDB and Redis as in tests/conftest.py (each in a scratch schema,
+Servers: PostgreSQL, MariaDB and Redis as in tests/support/servers.py (each in a scratch schema,
 database or key prefix, dropped at the end); MongoDB at AGENTSESSIONS_TEST_MONGODB, or else a SecantusDB
 server started in this process, whose timings and sizes are its own, not MongoDB's.
 """

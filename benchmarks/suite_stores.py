@@ -1,7 +1,7 @@
 """The suite's store figures: reading a long transcript, a save and a lease renewal against one
 bare commit or round trip, and saves per second from many threads on one pool.
 
-Servers as in tests/conftest.py (PostgreSQL, MariaDB and Redis on 127.0.0.1), each measured
+Servers as in tests/support/servers.py (PostgreSQL, MariaDB and Redis on 127.0.0.1), each measured
 in a scratch schema, database or key prefix of its own, dropped at the end; a server that cannot be reached
 is skipped, with the reason.
 """

@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_server import RawServer
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sse_pieces import assembled
 
 import agentsessions as agent
 from agentsessions.endpoints import AnthropicEndpoint
 from agentsessions.endpoints._anthropic_read import Stream
+from tests.fakes.fake_server import RawServer
+from tests.support.sse_pieces import assembled
 
 anthropic = pytest.importorskip("anthropic", reason="the official SDK is in the test extra")
 jiter = pytest.importorskip("jiter", reason="the SDK's partial JSON parser comes with it")

@@ -20,7 +20,12 @@ from urllib.parse import quote, urlsplit
 
 import attrs
 import pytest
-from backends import (
+
+import agentsessions as agent
+from agentsessions.cli import Exit, main, parse_store_url
+from agentsessions.endpoints import ScriptedEndpoint
+from agentsessions.stores import sqlite
+from tests.support.backends import (
     Opener,
     mongodb_url,
     mysql_url,
@@ -31,7 +36,8 @@ from backends import (
     scratch_postgres,
     scratch_redis,
 )
-from conftest import (
+from tests.support.scripts import call, double, echo_last_result
+from tests.support.servers import (
     MONGODB_URI,
     MYSQL_HOST,
     MYSQL_PASSWORD,
@@ -40,14 +46,8 @@ from conftest import (
     POSTGRES_DSN,
     REDIS_URL,
     require_server,
-    wait_for,
 )
-from scripts import call, double, echo_last_result
-
-import agentsessions as agent
-from agentsessions.cli import Exit, main, parse_store_url
-from agentsessions.endpoints import ScriptedEndpoint
-from agentsessions.stores import sqlite
+from tests.support.waiting import wait_for
 
 SECRET = "Hunter2-S3cr3t"  # distinctive: if it shows up anywhere, it came from the URL
 

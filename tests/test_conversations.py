@@ -9,15 +9,13 @@ import threading
 from collections.abc import Sequence
 
 import pytest
-from backends import Opener
-from conftest import (
-    wait_for,
-)
 
 import agentsessions as agent
 from agentsessions.codec import encode_text
 from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.stores.memory import MemoryStore
+from tests.support.backends import Opener
+from tests.support.waiting import wait_for
 
 
 class Echo:
@@ -186,7 +184,7 @@ def write_a_newer_run_state(store: agent.RunStore, session_id: str) -> None:
     elif name == "RedisStore":
         store.client.hset(store._record(key), "st", "paused")  # type: ignore[attr-defined]
     else:
-        from agentsessions.stores._mongodb_layout import key as mongo_key
+        from agentsessions.stores.mongodb._layout import key as mongo_key
 
         store._sessions.update_one({"_id": mongo_key(session_id)}, {"$set": {"run_state": "paused"}})  # type: ignore[attr-defined]
 

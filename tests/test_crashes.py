@@ -1,4 +1,4 @@
-"""Kill tests on every persistent backend (see crashes.py for what a trial does and checks).
+"""Kill tests on every persistent backend (see tests/support/crashes.py for what a trial does and checks).
 
 CI runs a few trials per backend (``AGENTSESSIONS_CRASH_TRIALS``, default 4); the full
 count is ``AGENTSESSIONS_CRASH_TRIALS=100 python -m pytest tests/test_crashes.py -s``.
@@ -11,8 +11,8 @@ import os
 import random
 from pathlib import Path
 
-from backends import Opener
-from crashes import journal_trials, kill_trials, same_session_trials
+from tests.support.backends import Opener
+from tests.support.crashes import journal_trials, kill_trials, same_session_trials
 
 TRIALS = int(os.environ.get("AGENTSESSIONS_CRASH_TRIALS", "4"))
 SEED = int(os.environ.get("AGENTSESSIONS_CRASH_SEED", str(random.randrange(10**6))))

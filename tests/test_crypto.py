@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from test_sessions import SeedOnly
 
 import agentsessions as agent
 from agentsessions.codec import load_message
@@ -28,6 +27,7 @@ from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.stores import sqlite
 from agentsessions.stores.memory import MemoryStore
 from agentsessions.testing import storetest
+from tests.test_sessions import SeedOnly
 
 OLD, NEW = Keyring.new_key(), Keyring.new_key()
 KEYRING = Keyring({"k1": OLD}, current="k1")

@@ -9,7 +9,9 @@ its transcript and steers exactly as before. ``AGENTSESSIONS_CRASH_TRIALS`` sets
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import os
 import random
 import secrets
@@ -24,9 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backends import Opener, store_url
-from conftest import wait_for
-from test_cli import cli
 
 import agentsessions as agent
 from agentsessions.cli import Exit
@@ -36,6 +35,9 @@ from agentsessions.crypto._sealing import Sealer
 from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.runs import ENDINGS
 from agentsessions.stores.memory import MemoryStore
+from tests.support.backends import Opener, store_url
+from tests.support.waiting import wait_for
+from tests.test_cli import cli
 
 OLD = Keyring({"k1": Keyring.new_key()}, "k1")
 NEW = OLD.rotated("k2")
@@ -157,6 +159,27 @@ def test_rekey_encrypts_a_plaintext_store_only_when_asked(tmp_path: Path) -> Non
         conn.execute("VACUUM")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     assert b"written before encryption" not in b"".join(p.read_bytes() for p in tmp_path.glob("plain.db*"))
+
+
+def test_a_keys_file_of_wrapped_keys_is_read_with_unwrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentsessions.stores import sqlite
+
+    key = Keyring.new_key()
+    (tmp_path / "toy_kms.py").write_text(  # a "KMS" whose wrapping is a byte-wise NOT, for the test
+        "def unwrap(key_id, stored):\n    assert key_id == 'k1'\n    return bytes(255 - b for b in stored)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    wrapped = base64.b64encode(bytes(255 - b for b in key)).decode()
+    (tmp_path / "wrapped.json").write_text(json.dumps({"current": "k1", "keys": {"k1": wrapped}}))
+    store = sqlite.open(tmp_path / "s.db")
+    encrypted(store, Keyring({"k1": key}, "k1")).save("s", [agent.Message.user("wrapped away")])
+    url, keys = f"sqlite://{tmp_path / 's.db'}", str(tmp_path / "wrapped.json")
+    shown = cli("--store", url, "--keys", keys, "show", "s", "--unwrap", "toy_kms:unwrap")
+    assert shown.code == Exit.OK and "wrapped away" in shown.out, shown
+    unwrapped_wrong = cli("--store", url, "--keys", keys, "show", "s")  # the wrapped bytes taken as the key
+    assert unwrapped_wrong.code == Exit.USAGE and "does not decrypt with key 'k1'" in unwrapped_wrong.err
+    missing = cli("--store", url, "--keys", keys, "show", "s", "--unwrap", "no_such_module:f")
+    assert missing.code == Exit.USAGE and "--unwrap 'no_such_module:f'" in missing.err
 
 
 def test_the_command_explains_what_it_needs(tmp_path: Path) -> None:

@@ -21,14 +21,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backends import Opener, open_mongodb, open_mysql, open_postgres, open_redis, open_sqlite
-from conftest import PERSISTENT, scratch_opener
 
 import agentsessions as agent
 from agentsessions.crypto import DecryptionError, Keyring, encrypted
 from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.stores.memory import MemoryStore
 from agentsessions.testing import storetest
+from tests.support.backends import (
+    PERSISTENT,
+    Opener,
+    open_mongodb,
+    open_mysql,
+    open_postgres,
+    open_redis,
+    open_sqlite,
+    scratch_opener,
+)
 
 KEYRING = Keyring({"k1": Keyring.new_key()}, "k1")
 KINDS = ("memory", *PERSISTENT)

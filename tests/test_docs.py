@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backends import delete_prefix
-from conftest import (
+
+from tests.fakes.fake_anthropic import FakeAnthropic, Reply, text, tool_use
+from tests.support.backends import delete_prefix
+from tests.support.servers import (
     MONGODB_URI,
     MYSQL_HOST,
     MYSQL_PASSWORD,
@@ -29,7 +31,6 @@ from conftest import (
     require_server,
     skip_without,
 )
-from fake_anthropic import FakeAnthropic, Reply, text, tool_use
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()

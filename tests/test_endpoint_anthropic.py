@@ -7,12 +7,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fake_anthropic import PREFILL_REFUSED, FakeAnthropic, Reply, text, tool_use
 
 import agentsessions as agent
 from agentsessions import events as ev
 from agentsessions.endpoints import AnthropicEndpoint, EndpointError
 from agentsessions.stores.memory import MemoryStore
+from tests.fakes.fake_anthropic import PREFILL_REFUSED, FakeAnthropic, Reply, text, tool_use
 
 KEY = "sk-ant-test-5f0c1d2e3b4a-never-print-me"
 WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

@@ -8,11 +8,6 @@ from typing import Any
 
 import pytest
 import requests
-from fake_anthropic import FakeAnthropic, text
-from fake_anthropic import Reply as AnthropicReply
-from fake_openai import FakeOpenAI
-from fake_openai import Reply as OpenAIReply
-from fake_server import Drop, Fail, RawServer, Stall
 
 import agentsessions as agent
 import agentsessions.endpoints as endpoints
@@ -25,6 +20,11 @@ from agentsessions.endpoints import (
     EndpointTransportError,
     OpenAIEndpoint,
 )
+from tests.fakes.fake_anthropic import FakeAnthropic, text
+from tests.fakes.fake_anthropic import Reply as AnthropicReply
+from tests.fakes.fake_openai import FakeOpenAI
+from tests.fakes.fake_openai import Reply as OpenAIReply
+from tests.fakes.fake_server import Drop, Fail, RawServer, Stall
 
 KEY = "sk-test-errors-1f2e3d4c"
 HI = agent.ModelRequest("", (agent.Message.user("Hi"),))

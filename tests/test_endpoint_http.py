@@ -16,15 +16,15 @@ from typing import Any
 import attrs
 import pytest
 import requests
-from fake_anthropic import FakeAnthropic, text
-from fake_anthropic import Reply as AnthropicReply
-from fake_openai import Call, FakeOpenAI
-from fake_openai import Reply as OpenAIReply
-from fake_server import Drop, Fail, FakeServer, RawServer, Stall
 
 import agentsessions as agent
 from agentsessions import events as ev
 from agentsessions.endpoints import AnthropicEndpoint, EndpointError, EndpointTimeoutError, OpenAIEndpoint, by_name
+from tests.fakes.fake_anthropic import FakeAnthropic, text
+from tests.fakes.fake_anthropic import Reply as AnthropicReply
+from tests.fakes.fake_openai import Call, FakeOpenAI
+from tests.fakes.fake_openai import Reply as OpenAIReply
+from tests.fakes.fake_server import Drop, Fail, FakeServer, RawServer, Stall
 
 KEY = "sk-test-4b1d-6e2f-never-print-me-0a9c"
 HI = agent.ModelRequest("", (agent.Message.user("Hi"),))

@@ -6,12 +6,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fake_openai import TOOL_WITHOUT_CALL, Call, FakeOpenAI, Reply, mask
 
 import agentsessions as agent
 from agentsessions import events as ev
 from agentsessions.endpoints import EndpointError, OpenAIEndpoint
 from agentsessions.stores.memory import MemoryStore
+from tests.fakes.fake_openai import TOOL_WITHOUT_CALL, Call, FakeOpenAI, Reply, mask
 
 KEY = "sk-proj-test-8c7b6a5f4e3d-never-print-me"
 ODD_ARGUMENTS = '{"z":1,"a":[1, 2],"z":3}'  # duplicate keys and mixed spacing: must survive byte for byte

@@ -8,12 +8,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fake_openai import Call, FakeOpenAI, Reply
-from fake_server import FakeServer, Handler, RawServer
 
 import agentsessions as agent
 from agentsessions.endpoints import EndpointDecodingError, OpenAIEndpoint
 from agentsessions.stores.memory import MemoryStore
+from tests.fakes.fake_openai import Call, FakeOpenAI, Reply
+from tests.fakes.fake_server import FakeServer, Handler, RawServer
 
 KEY = "sk-openai-blocks"
 C = agent.Content

@@ -7,10 +7,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fake_openai import Call
-from fake_responses import Answer, FakeResponses
-from fake_server import Fail, RawServer
-from sse_pieces import assembled
 
 import agentsessions as agent
 from agentsessions.endpoints import (
@@ -22,6 +18,10 @@ from agentsessions.endpoints import (
 )
 from agentsessions.endpoints._responses_read import Stream
 from agentsessions.stores.memory import MemoryStore
+from tests.fakes.fake_openai import Call
+from tests.fakes.fake_responses import Answer, FakeResponses
+from tests.fakes.fake_server import Fail, RawServer
+from tests.support.sse_pieces import assembled
 
 KEY = "sk-responses-test-key"
 C = agent.Content

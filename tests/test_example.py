@@ -9,11 +9,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import fake_anthropic
-import fake_openai
-import fake_responses
 import pytest
-from fake_server import FakeServer
+
+from tests.fakes import fake_anthropic, fake_openai, fake_responses
+from tests.fakes.fake_server import FakeServer
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backends import open_postgres
-from conftest import POSTGRES_DSN, require_server, skip_without, wait_for
 
 import agentsessions as agent
+from tests.support.backends import open_postgres
+from tests.support.servers import POSTGRES_DSN, require_server, skip_without
+from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "examples" / "flask" / "app.py"

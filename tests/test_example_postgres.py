@@ -8,7 +8,7 @@ tools and the scripted model are the example's own (examples/sessions/replica.py
 
 from __future__ import annotations
 
-from conftest import skip_without
+from tests.support.servers import skip_without
 
 skip_without("psycopg", "psycopg_pool", extra="postgres")  # before the imports that need them
 
@@ -22,11 +22,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import POSTGRES_DSN, require_server
 from psycopg_pool import ConnectionPool
 
 import agentsessions as agent
 from agentsessions.stores import postgres
+from tests.support.servers import POSTGRES_DSN, require_server
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sessions"
 SESSION = "conversation-1"

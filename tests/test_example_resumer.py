@@ -23,12 +23,13 @@ from typing import Any
 
 import attrs
 import pytest
-from backends import Opener, open_postgres, open_sqlite, postgres_url, scratch_redis
-from conftest import POSTGRES_DSN, REDIS_URL, require_server, skip_without, wait_for
 
 import agentsessions as agent
 from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.stores.memory import MemoryStore
+from tests.support.backends import Opener, open_postgres, open_sqlite, postgres_url, scratch_redis
+from tests.support.servers import POSTGRES_DSN, REDIS_URL, require_server, skip_without
+from tests.support.waiting import wait_for
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "resumer.py"
 LEASE = 1.0

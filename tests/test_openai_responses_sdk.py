@@ -2,7 +2,7 @@
 
 The SDK keeps one Responses body recorded from the live API (tests/fixtures/openai_responses/)
 and no recorded Responses streams. So the streams here are built by the fake server
-(tests/fake_responses.py), and every event of every stream is first validated against the
+(tests/fakes/fake_responses.py), and every event of every stream is first validated against the
 SDK's own ``ResponseStreamEvent`` types. Each is served by a local server to the SDK's
 ``ResponseStreamState`` accumulation (what ``client.responses.stream`` runs) and to ours; text,
 function calls, reasoning and other items, usage and the stop reason must agree, however
@@ -18,16 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_openai import Call
-from fake_responses import Answer, FakeResponses, events
-from fake_server import RawServer, Recordings
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sse_pieces import assembled
 
 import agentsessions as agent
 from agentsessions.endpoints import OpenAIResponsesEndpoint
 from agentsessions.endpoints._responses_read import Stream
+from tests.fakes.fake_openai import Call
+from tests.fakes.fake_responses import Answer, FakeResponses, events
+from tests.fakes.fake_server import RawServer, Recordings
+from tests.support.sse_pieces import assembled
 
 openai = pytest.importorskip("openai", reason="the official SDK is in the test extra")
 from openai import omit  # noqa: E402

@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_server import RawServer, Recordings
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sse_pieces import assembled
 
 import agentsessions as agent
 from agentsessions.endpoints import OpenAIEndpoint
 from agentsessions.endpoints.openai import _Stream
+from tests.fakes.fake_server import RawServer, Recordings
+from tests.support.sse_pieces import assembled
 
 openai = pytest.importorskip("openai", reason="the official SDK is in the test extra")
 from openai.lib.streaming.chat import ChatCompletionStreamState  # noqa: E402

@@ -38,6 +38,10 @@ def test_the_wheel_and_the_sdist_install_and_import_in_a_fresh_venv(tmp_path: Pa
     # The console reads its script and style sheet from the package when it starts.
     assert {"agentsessions/console/static/console.js", "agentsessions/console/static/console.css"} <= set(names)
     assert not any(n.startswith(("tests/", "benchmarks/", "examples/")) for n in names)
+    # Every module of every subpackage (the stores' folders, their kit): a folder left out of
+    # the package list would import in the checkout and fail once installed.
+    modules = {str(path.relative_to(ROOT)) for path in (ROOT / "agentsessions").rglob("*.py")}
+    assert "agentsessions/stores/kit/incremental.py" in modules and modules <= set(names)
     for archive in (wheel, sdist):
         env = tmp_path / f"venv-{archive.suffix.strip('.')}"
         venv.create(env, with_pip=True)

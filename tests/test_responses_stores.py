@@ -14,14 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from backends import Opener
-from conftest import PERSISTENT, scratch_opener
-from fake_openai import Call
-from fake_responses import Answer, FakeResponses
 
 import agentsessions as agent
 from agentsessions.endpoints import OpenAIResponsesEndpoint
 from agentsessions.stores.memory import MemoryStore
+from tests.fakes.fake_openai import Call
+from tests.fakes.fake_responses import Answer, FakeResponses
+from tests.support.backends import PERSISTENT, Opener, scratch_opener
 
 KEY = "sk-responses-stores"
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import threading
 
 import pytest
-from scripts import call, double, echo_last_result
 
 import agentsessions as agent
 from agentsessions import events as ev
 from agentsessions.endpoints import EndpointError, ScriptedEndpoint
 from agentsessions.stores.memory import MemoryStore
+from tests.support.scripts import call, double, echo_last_result
 
 USER = agent.Message.user("double 21")
 

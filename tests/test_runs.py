@@ -11,8 +11,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
-from conftest import wait_for
-from scripts import FailsAfterFirstSave, call, double, echo_last_result
 
 import agentsessions as agent
 from agentsessions.endpoints import ScriptedEndpoint
@@ -20,6 +18,8 @@ from agentsessions.holding import Heartbeat
 from agentsessions.loop import CANCELLED_TOOL
 from agentsessions.runs import Claim, Progress, Renewal
 from agentsessions.stores.memory import MemoryStore
+from tests.support.scripts import FailsAfterFirstSave, call, double, echo_last_result
+from tests.support.waiting import wait_for
 
 USER = agent.Message.user("double 21")
 

@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_for
-from scripts import FailsAfterFirstSave, call, double, echo_last_result
 
 import agentsessions as agent
 from agentsessions import events as ev
@@ -25,6 +23,8 @@ from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.runs import Claim, Progress, Steer
 from agentsessions.stores import sqlite
 from agentsessions.stores.memory import MemoryStore
+from tests.support.scripts import FailsAfterFirstSave, call, double, echo_last_result
+from tests.support.waiting import wait_for
 
 USER = agent.Message.user("double 21")
 

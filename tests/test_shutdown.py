@@ -11,14 +11,14 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
-from scripts import call
 
 import agentsessions as agent
 from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.runner import RunnerClosedError
 from agentsessions.stores import sqlite
 from agentsessions.stores.memory import MemoryStore
+from tests.support.scripts import call
+from tests.support.waiting import wait_for
 
 USER = agent.Message.user("count")
 

@@ -6,7 +6,7 @@ the server at ``AGENTSESSIONS_TEST_MONGODB``. Each test uses a database of its o
 
 from __future__ import annotations
 
-from conftest import skip_without
+from tests.support.servers import skip_without
 
 skip_without("pymongo", extra="mongodb")  # before the imports that need them
 
@@ -26,8 +26,6 @@ from typing import Any
 
 import pymongo
 import pytest
-from conftest import MONGODB_URI, require_server, wait_for
-from crossprocess import check_steers_across_processes
 from pymongo import MongoClient
 from pymongo.database import Database
 from pymongo.monitoring import CommandFailedEvent, CommandListener, CommandStartedEvent, CommandSucceededEvent
@@ -35,8 +33,12 @@ from pymongo.monitoring import CommandFailedEvent, CommandListener, CommandStart
 import agentsessions as agent
 from agentsessions.codec import dump_message
 from agentsessions.runs import Progress, Renewal
-from agentsessions.stores import _mongodb_layout, mongodb
+from agentsessions.stores import mongodb
+from agentsessions.stores.mongodb import _layout
 from agentsessions.testing import storetest
+from tests.support.crossprocess import check_steers_across_processes
+from tests.support.servers import MONGODB_URI, require_server
+from tests.support.waiting import wait_for
 
 Client = MongoClient[dict[str, Any]]
 
@@ -253,7 +255,7 @@ def test_a_dead_writers_documents_do_not_block_the_next_save(database: Database[
 def test_a_read_that_a_save_and_a_stale_writer_overtook_starts_over(database: Database[Any]) -> None:
     store = mongodb.MongoStore(database)
     store.save("s", _transcript(5))
-    before = _mongodb_layout.parse_state(database[mongodb.SESSIONS].find_one({"_id": "s"}))
+    before = _layout.parse_state(database[mongodb.SESSIONS].find_one({"_id": "s"}))
     assert before is not None
     # A reader has read `before`. A save changes message 3, commits, and deletes the old 3 and 4...
     changed = [*_transcript(3), agent.Message.user("changed"), agent.Message.assistant("after")]

@@ -9,7 +9,7 @@ Each run works in a database of its own (``agentsessions_test_<random>``), dropp
 
 from __future__ import annotations
 
-from conftest import skip_without
+from tests.support.servers import skip_without
 
 skip_without("pymysql", "dbutils", extra="mysql")  # before the imports that need them
 
@@ -28,17 +28,6 @@ from typing import Any, TypeVar
 
 import pymysql
 import pytest
-from conftest import (
-    MYSQL_HOST,
-    MYSQL_PASSWORD,
-    MYSQL_PORT,
-    MYSQL_USER,
-    check_replicas_notice_each_other,
-    numbered_transcript,
-    require_server,
-    wait_for,
-)
-from crossprocess import check_steers_across_processes
 from dbutils.pooled_db import PooledDB
 
 import agentsessions as agent
@@ -46,6 +35,10 @@ from agentsessions.codec import encode_text
 from agentsessions.runs import Claim, Renewal
 from agentsessions.stores import mysql
 from agentsessions.testing import storetest
+from tests.support.crossprocess import check_steers_across_processes
+from tests.support.replicas import check_replicas_notice_each_other, numbered_transcript
+from tests.support.servers import MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, require_server
+from tests.support.waiting import wait_for
 
 
 def connect(database: str | None = None, **options: Any) -> Any:

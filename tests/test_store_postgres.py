@@ -9,7 +9,7 @@ Each run works in a schema of its own (``agentsessions_test_<random>``), dropped
 
 from __future__ import annotations
 
-from conftest import skip_without
+from tests.support.servers import skip_without
 
 skip_without("psycopg", "psycopg_pool", extra="postgres")  # before the imports that need them
 
@@ -30,8 +30,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import POSTGRES_DSN, check_replicas_notice_each_other, numbered_transcript, require_server, wait_for
-from crossprocess import check_steers_across_processes
 from psycopg_pool import ConnectionPool
 
 import agentsessions as agent
@@ -39,6 +37,10 @@ from agentsessions.codec import encode_text
 from agentsessions.runs import Renewal
 from agentsessions.stores import postgres
 from agentsessions.testing import storetest
+from tests.support.crossprocess import check_steers_across_processes
+from tests.support.replicas import check_replicas_notice_each_other, numbered_transcript
+from tests.support.servers import POSTGRES_DSN, require_server
+from tests.support.waiting import wait_for
 
 # What a bounded call may take beyond its timeout on a loaded machine: the bound is the
 # behaviour under test (an answer within the store's timeout), the slack is scheduling.

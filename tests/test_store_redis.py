@@ -20,9 +20,6 @@ from urllib.parse import urlsplit
 
 import pytest
 import redis
-from backends import delete_prefix, open_redis
-from conftest import REDIS_URL, check_replicas_notice_each_other, numbered_transcript, require_server
-from crossprocess import check_steers_across_processes
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -30,6 +27,10 @@ import agentsessions as agent
 from agentsessions.runs import Progress, Renewal
 from agentsessions.stores.redis import RedisStore
 from agentsessions.testing import storetest
+from tests.support.backends import delete_prefix, open_redis
+from tests.support.crossprocess import check_steers_across_processes
+from tests.support.replicas import check_replicas_notice_each_other, numbered_transcript
+from tests.support.servers import REDIS_URL, require_server
 
 
 def _connect() -> redis.Redis:

@@ -13,13 +13,14 @@ from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
 import pytest
-from conftest import check_replicas_notice_each_other, numbered_transcript, wait_for
-from crossprocess import check_steers_across_processes
 
 import agentsessions as agent
 from agentsessions.runs import Claim, Renewal, RunState, utcnow
 from agentsessions.stores import sqlite
 from agentsessions.testing import storetest
+from tests.support.crossprocess import check_steers_across_processes
+from tests.support.replicas import check_replicas_notice_each_other, numbered_transcript
+from tests.support.waiting import wait_for
 
 UTC = datetime.UTC
 MICROSECOND = datetime.timedelta(microseconds=1)

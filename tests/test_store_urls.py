@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 import redis
-from backends import delete_prefix
-from conftest import REDIS_URL, require_server
 
 import agentsessions as agent
 from agentsessions import stores
 from agentsessions.stores.redis import RedisStore
 from agentsessions.stores.sqlite import SQLiteStore
+from tests.support.backends import delete_prefix
+from tests.support.servers import REDIS_URL, require_server
 
 SECRET = "s3cr3t-pw"
 

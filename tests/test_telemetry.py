@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_anthropic import FakeAnthropic, Reply, text, tool_use
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -21,7 +20,6 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from scripts import call, double, echo_last_result
 
 import agentsessions as agent
 from agentsessions import events as ev
@@ -30,6 +28,8 @@ from agentsessions.loop import IN_DOUBT
 from agentsessions.stores import sqlite
 from agentsessions.stores.memory import MemoryStore
 from agentsessions.telemetry import DURATION_BUCKETS, TOKEN_BUCKETS, OpenTelemetry
+from tests.fakes.fake_anthropic import FakeAnthropic, Reply, text, tool_use
+from tests.support.scripts import call, double, echo_last_result
 
 USER = agent.Message.user("double 1, please")
 USAGE = agent.Usage(input_tokens=10, output_tokens=5, cache_read_tokens=3, cache_write_tokens=2)
@@ -304,7 +304,7 @@ def test_without_providers_the_global_ones_serve_and_bad_options_are_refused() -
 
 
 def _resume_when_stalled(spec: agent.Spec, store: agent.RunStore, telemetry: OpenTelemetry) -> None:
-    from conftest import wait_for
+    from tests.support.waiting import wait_for
 
     wait_for("replica A's lease to lapse", lambda: store.info("conversation-7").state is agent.RunState.STALLED)
     messages = store.messages("conversation-7")
@@ -334,10 +334,22 @@ def test_a_tool_that_raises_is_an_execute_tool_span_in_error_in_a_run_that_succe
     endpoint = ScriptedEndpoint([call("broken"), agent.Message.assistant("it failed")])
     agent.Runner().run(agent.Spec(tools=[broken]), [USER], endpoint, otel.telemetry())
     (tool,) = by_name(otel.spans(), "execute_tool broken")
-    assert attributes(tool)["error.type"] == "tool_error"
+    # The exception's own type, and the exception recorded, as for a failed model request.
+    assert attributes(tool)["error.type"] == "RuntimeError"
     assert tool.status.status_code is StatusCode.ERROR
+    (exception,) = [event for event in tool.events if event.name == "exception"]
+    assert attributes(exception)["exception.message"] == "disk full"
     (run,) = by_name(otel.spans(), "invoke_agent")
     assert run.status.status_code is StatusCode.UNSET
+
+
+def test_arguments_the_model_got_wrong_are_a_tool_error_span_and_the_tool_does_not_run(otel: Otel) -> None:
+    endpoint = ScriptedEndpoint([call("double", n="two"), agent.Message.assistant("oops")])
+    result = agent.Runner().run(agent.Spec(tools=[double]), [USER], endpoint, otel.telemetry())
+    (tool,) = by_name(otel.spans(), "execute_tool double")
+    assert attributes(tool)["error.type"] == "tool_error"
+    assert [event.name for event in tool.events] == []
+    assert "n: expected integer" in result.messages[2].content[0].text
 
 
 def _steered_run(otel: Otel, **options: Any) -> None:

@@ -23,11 +23,10 @@ from urllib.parse import parse_qsl, urlencode
 
 import attrs
 
-from agentsessions.cli import _exists
 from agentsessions.console import _blocks, _html
 from agentsessions.console._guard import SECURITY_HEADERS, Guard, same_origin
 from agentsessions.errors import AgentSessionsError, ConflictError
-from agentsessions.runs import RunState, SessionInfo, utcnow
+from agentsessions.runs import RunState, SessionInfo, exists, utcnow
 from agentsessions.session import ForkStore, RunStore
 
 log = logging.getLogger("agentsessions.console")
@@ -196,7 +195,8 @@ class Console:
     def _poll(self, root: str, params: Params) -> Response:
         """What the page's script asks every second: the record, and the messages when they changed."""
         info = self.store.info(_one(params, "id"))
-        answer: dict[str, Any] = {"gone": not _exists(info), "version": _version(info), "length": info.length}
+        answer: dict[str, Any] = {"gone": not exists(info), "version": _version(info), "length": info.length}
+        answer["state"] = info.state.value
         answer["status"] = _html.status(info, self.store.peek_steers(info.id), utcnow())
         if answer["version"] != params.get("v", [""])[0] and not answer["gone"]:
             transcript = self.store.messages(info.id)
@@ -243,7 +243,7 @@ class Console:
 
     def _known(self, session_id: str) -> SessionInfo:
         info = self.store.info(session_id)
-        if not _exists(info):
+        if not exists(info):
             raise Refused(404, f"no session {session_id!r:.300}")
         return info
 

@@ -1,7 +1,9 @@
-"""Stores: where sessions live. One module each; import the one you use.
+"""Stores: where sessions live. One module or package each; import the one you use.
 
 ``memory`` and ``sqlite`` need nothing beyond the standard library; ``postgres``,
-``mysql``, ``mongodb`` and ``redis`` need their driver (``pip install agentsessions[postgres]``...).
+``mysql``, ``mongodb`` and ``redis`` need their driver (``pip install agentsessions[postgres]``...);
+each of those four is a package holding its private helpers. What several stores share is
+:mod:`agentsessions.stores.kit`.
 :func:`from_url` opens any of them from a URL (see :mod:`agentsessions.stores.urls`).
 The conformance suite every store passes is :mod:`agentsessions.testing.storetest`.
 
@@ -27,11 +29,12 @@ and ``superseded`` build the two conflict errors; ``state_filter``,
 ``check_steer`` and ``check_fork_at`` from :mod:`agentsessions.session`, the codec's
 ``dump_message``/``load_message`` (one row per message) and
 ``encode_text``/``decode_text`` (ids and steers as bytes, any ``str`` verbatim), and
-:mod:`agentsessions.stores.incremental` for saves that write only what is new
-(``plan_save`` compares the transcript with what this store object last saw: keep the
-``shared`` prefix, write the rest), ``listed`` from :mod:`agentsessions.runs` so a record
-a newer version wrote is left out of a listing instead of ending it, and
-:func:`agentsessions.stores.failures.could_not` for errors worded as the other stores'.
+the kit, :mod:`agentsessions.stores.kit`: :mod:`~agentsessions.stores.kit.incremental`
+for saves that write only what is new (``plan_save`` compares the transcript with what
+this store object last saw: keep the ``shared`` prefix, write the rest) and
+:func:`~agentsessions.stores.kit.failures.could_not` for errors worded as the other
+stores'; and ``listed`` from :mod:`agentsessions.runs` so a record a newer version wrote
+is left out of a listing instead of ending it.
 Steer numbers come from one counter per store (never reset by ``delete``), as fencing
 tokens do; times from one clock (the database's, where it has one).
 

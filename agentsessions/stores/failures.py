@@ -1,14 +1,5 @@
-"""The one wording of a store's failures, so every store's errors read alike.
+"""Kept so its documented path works: the module is :mod:`agentsessions.stores.kit.failures`."""
 
-``could_not("PostgreSQL store", "save the transcript", "s1")`` is
-``"PostgreSQL store could not save the transcript for session 's1'"``; each store adds a
-colon and what its driver said, and what to do about it.
-"""
+from agentsessions.stores.kit.failures import could_not
 
-from __future__ import annotations
-
-
-def could_not(store: str, action: str, session_id: str | None = None) -> str:
-    """What failed: the store, the action, and the session when there is one."""
-    where = f" for session {session_id!r:.80}" if session_id else ""
-    return f"{store} could not {action}{where}"
+__all__ = ["could_not"]

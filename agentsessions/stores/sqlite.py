@@ -48,8 +48,8 @@ from agentsessions.runs import (
     utcnow,
 )
 from agentsessions.session import check_fork_at, check_session_id, check_steer
-from agentsessions.stores.failures import could_not
-from agentsessions.stores.incremental import KnownSessions, SavePlan, new_revision, plan_save
+from agentsessions.stores.kit.failures import could_not
+from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 
 __all__ = ["PAGE_SIZE", "SCHEMA", "SQLiteStore", "open"]
 

@@ -21,7 +21,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import attrs
-from fake_server import Fail, FakeServer, Handler, Rejected, pieces
+
+from tests.fakes.fake_server import Fail, FakeServer, Handler, Rejected, pieces
 
 NO_KEY = (
     "You didn't provide an API key. You need to provide your API key in an Authorization header using "

@@ -8,7 +8,9 @@ process is spawned fresh and opens the store its own way, as a replica would.
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Callable
+import queue
+import time
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 
 import agentsessions as agent
@@ -16,6 +18,9 @@ import agentsessions as agent
 StoreOpener = Callable[[], AbstractContextManager[agent.Store]]
 
 ADDERS, TAKERS, PER_ADDER = 3, 3, 50
+# A bound for a stuck process, not a pace: on a loaded machine spawning six interpreters
+# that import the drivers takes long, and the test waits on the processes' own signals.
+PATIENCE = 600.0
 
 
 def _add(open_store: StoreOpener, worker: int) -> None:
@@ -34,6 +39,20 @@ def _take(open_store: StoreOpener, results: multiprocessing.Queue[list[str]]) ->
         results.put(taken)
 
 
+def _next_batch(
+    results: multiprocessing.Queue[list[str]], takers: Sequence[multiprocessing.process.BaseProcess]
+) -> list[str]:
+    """The next taker's steers; fails at once if a taker died without reporting, not after the patience."""
+    deadline = time.monotonic() + PATIENCE
+    while time.monotonic() < deadline:
+        try:
+            return results.get(timeout=1)
+        except queue.Empty:
+            failed = [p.exitcode for p in takers if p.exitcode not in (None, 0)]
+            assert not failed, f"a taker ended with exit code {failed[0]} before reporting its steers"
+    raise AssertionError(f"no taker reported its steers within {PATIENCE:g} s")
+
+
 def check_steers_across_processes(open_store: StoreOpener) -> None:
     """Every steer is taken exactly once, and each taker sees each adder's steers in order."""
     context = multiprocessing.get_context("spawn")
@@ -43,12 +62,13 @@ def check_steers_across_processes(open_store: StoreOpener) -> None:
     for process in takers + adders:
         process.start()
     for process in adders:
-        process.join(60)
+        process.join(PATIENCE)
+        assert process.exitcode == 0, f"an adder ended with exit code {process.exitcode}"
     with open_store() as store:
         store.save("done", [agent.Message.user("stop taking")])
-        batches = [results.get(timeout=60) for _ in takers]
+        batches = [_next_batch(results, takers) for _ in takers]
         for process in takers:
-            process.join(60)
+            process.join(PATIENCE)
         taken = [steer for batch in batches for steer in batch] + store.take_steers("shared")
     assert sorted(taken) == sorted(f"{w}:{n}" for w in range(ADDERS) for n in range(PER_ADDER))
     for batch in batches:

@@ -18,8 +18,21 @@ from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import agentsessions as agent
+from tests.support.servers import (
+    MONGODB_URI,
+    MYSQL_HOST,
+    MYSQL_PASSWORD,
+    MYSQL_PORT,
+    MYSQL_USER,
+    POSTGRES_DSN,
+    REDIS_URL,
+    require_server,
+)
 
 Opener = Callable[[], AbstractContextManager[Any]]
+
+PERSISTENT = ("sqlite", "postgres", "mysql", "mongodb", "redis")
+"""Every persistent store, as :func:`scratch_opener` (and conftest's ``opener`` fixture) name them."""
 
 
 def postgres_url(dsn: str, schema: str, password: str | None = None) -> str:
@@ -215,3 +228,24 @@ def delete_prefix(client: Any, prefix: str) -> None:
             batch.clear()
     if batch:
         client.unlink(*batch)
+
+
+@contextlib.contextmanager
+def scratch_opener(kind: str, tmp_path: Path) -> Iterator[Opener]:
+    """A scratch place of store ``kind`` (one of :data:`PERSISTENT`) and its picklable opener.
+
+    A server that is not reachable fails the test in CI and skips it elsewhere.
+    """
+    if kind == "sqlite":
+        with scratch_sqlite(tmp_path) as opener:
+            yield opener
+        return
+    servers: dict[str, tuple[str, Callable[[], AbstractContextManager[Opener]]]] = {
+        "postgres": ("PostgreSQL", lambda: scratch_postgres(POSTGRES_DSN)),
+        "mysql": ("MariaDB", lambda: scratch_mysql(MYSQL_HOST, MYSQL_PORT, MYSQL_USER, MYSQL_PASSWORD)),
+        "mongodb": ("MongoDB", lambda: scratch_mongodb(MONGODB_URI)),
+        "redis": ("Redis", lambda: scratch_redis(REDIS_URL)),
+    }
+    name, scratch = servers[kind]
+    with contextlib.ExitStack() as stack:
+        yield require_server(name, lambda: stack.enter_context(scratch()))

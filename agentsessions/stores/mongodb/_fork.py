@@ -20,8 +20,8 @@ from pymongo.errors import PyMongoError
 
 from agentsessions.errors import ConflictError
 from agentsessions.session import check_fork_at
-from agentsessions.stores._mongodb_layout import STATE_FIELDS, State, in_run, parse_state, sort_key
-from agentsessions.stores.incremental import new_revision
+from agentsessions.stores.kit.incremental import new_revision
+from agentsessions.stores.mongodb._layout import STATE_FIELDS, State, in_run, parse_state, sort_key
 
 Documents = Collection[dict[str, Any]]
 

@@ -29,8 +29,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
-from fake_openai import Call, FakeOpenAI
-from fake_server import Handler, Rejected, pieces
+
+from tests.fakes.fake_openai import Call, FakeOpenAI
+from tests.fakes.fake_server import Handler, Rejected, pieces
 
 USER_PARTS = frozenset({"input_text", "input_image", "input_file"})
 ASSISTANT_PARTS = frozenset({"output_text", "refusal"})

@@ -43,9 +43,9 @@ from agentsessions.errors import ConflictError, SchemaMissingError, StoreError
 from agentsessions.messages import Message
 from agentsessions.runs import UTC, Claim, Progress, Renewal, RunState, SessionInfo, Steer, check_end
 from agentsessions.session import check_fork_at, check_session_id, check_steer
-from agentsessions.stores._mysql_errors import describe, duplicate_key, explain, lost, schema_missing
-from agentsessions.stores.failures import could_not
-from agentsessions.stores.incremental import KnownSessions, SavePlan, new_revision, plan_save
+from agentsessions.stores.kit.failures import could_not
+from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
+from agentsessions.stores.mysql._errors import describe, duplicate_key, explain, lost, schema_missing
 
 __all__ = ["SCHEMA", "MySQLStore"]
 

@@ -1,4 +1,6 @@
-"""How the ``agentsessions`` command prints sessions: tables and transcripts for people, JSON for scripts.
+"""How sessions are printed: tables and transcripts for people, JSON for scripts.
+
+The ``agentsessions`` command prints with it; the console shows times as it does.
 
 Text from the store (ids, holders, steers, messages) is shown with control characters and
 lone surrogates escaped (``\\x1b``, ``\\ud83d``), so a transcript cannot move the cursor or

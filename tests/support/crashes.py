@@ -47,7 +47,7 @@ SETTLED = (agent.RunState.STALLED, agent.RunState.FINISHED)
 
 def context() -> multiprocessing.context.ForkServerContext:
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["agentsessions", "agentsessions.endpoints", "crashes"])
+    ctx.set_forkserver_preload(["agentsessions", "agentsessions.endpoints", "tests.support.crashes"])
     return ctx
 
 

@@ -82,8 +82,10 @@ from agentsessions.runs import (
     utcnow,
 )
 from agentsessions.session import check_fork_at, check_session_id, check_steer
-from agentsessions.stores._mongodb_fork import PrefixCopy, forked, taken
-from agentsessions.stores._mongodb_layout import (
+from agentsessions.stores.kit.failures import could_not
+from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
+from agentsessions.stores.mongodb._fork import PrefixCopy, forked, taken
+from agentsessions.stores.mongodb._layout import (
     RUNNING,
     STATE_FIELDS,
     STEER_OVERHEAD,
@@ -113,8 +115,6 @@ from agentsessions.stores._mongodb_layout import (
     text_of,
     too_many_steers,
 )
-from agentsessions.stores.failures import could_not
-from agentsessions.stores.incremental import KnownSessions, SavePlan, new_revision, plan_save
 
 __all__ = ["COUNTERS", "INDEXES", "MESSAGES", "PAGE_SIZE", "SESSIONS", "MongoStore"]
 

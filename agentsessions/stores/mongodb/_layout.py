@@ -25,7 +25,7 @@ from pymongo import UpdateOne
 from agentsessions.codec import decode_text, dump_message, encode_text
 from agentsessions.errors import StoreError
 from agentsessions.runs import Claim, Progress, RunState, SessionInfo, Steer, derive_state
-from agentsessions.stores.incremental import SavePlan, new_revision
+from agentsessions.stores.kit.incremental import SavePlan, new_revision
 
 MAX_SEGMENTS = 16  # past this many, a save rewrites the transcript under one epoch
 CHUNK_BYTES = 15 * 1024 * 1024  # under BSON's 16 MiB with room for the other fields

@@ -79,9 +79,9 @@ from agentsessions.runs import (
     superseded,
 )
 from agentsessions.session import check_fork_at, check_session_id, check_steer
-from agentsessions.stores._postgres_watchdog import Watch, Watchdog, borrowing, checked
-from agentsessions.stores.failures import could_not
-from agentsessions.stores.incremental import KnownSessions, SavePlan, new_revision, plan_save
+from agentsessions.stores.kit.failures import could_not
+from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
+from agentsessions.stores.postgres._watchdog import Watch, Watchdog, borrowing, checked
 
 __all__ = ["CHECK_TIMEOUT", "PAGE_SIZE", "SCHEMA", "PostgresStore", "check_connection"]
 

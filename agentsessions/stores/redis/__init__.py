@@ -2,7 +2,7 @@
 
 Every step is one Lua script, or one MULTI/EXEC for reads, so Redis runs it whole with no
 other client's command in between; nothing is read into Python and written back. The keys
-and scripts are described in ``_redis_scripts``; all keys live under ``prefix``, so one
+and scripts are described in ``_scripts``; all keys live under ``prefix``, so one
 Redis database can hold several stores, and ``SCAN MATCH <prefix>*`` finds a store's keys.
 
 It needs Redis 6.2 or later (``ZRANGE ... BYLEX REV``) on one server or a primary with
@@ -51,9 +51,9 @@ from agentsessions.runs import (
     unknown_state,
 )
 from agentsessions.session import check_fork_at, check_session_id, check_steer
-from agentsessions.stores import _redis_scripts as scripts
-from agentsessions.stores.failures import could_not
-from agentsessions.stores.incremental import KnownSessions, SavePlan, new_revision, plan_save
+from agentsessions.stores.kit.failures import could_not
+from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
+from agentsessions.stores.redis import _scripts as scripts
 
 __all__ = ["PAGE_SIZE", "RedisStore"]
 

@@ -1,0 +1,1 @@
+"""The test suite, a package: helpers in ``tests.support``, the fake provider servers in ``tests.fakes``."""

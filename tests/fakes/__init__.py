@@ -1,0 +1,1 @@
+"""Local HTTP servers that speak the providers' wire formats (Messages, Chat Completions, Responses)."""

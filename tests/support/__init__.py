@@ -1,0 +1,1 @@
+"""What many test modules share: server settings, scratch stores, scripted models, waiting, process plumbing."""
