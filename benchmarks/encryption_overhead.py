@@ -12,8 +12,8 @@ moment of the machine falls on both; figures are medians:
 - read: a transcript of ``base`` messages read back, by a wrapper that has not seen the
   session (every row decrypted) and by one that has (rows it wrote or read are not
   decrypted again);
-- late/early through the wrapper: a save appending to 2,000 messages against one appending
-  to 20 (a save must cost what is new, encrypted or not);
+- late/early, through the store and through the wrapper: a save appending to 2,000
+  messages against one appending to 20 (a save must cost what is new, encrypted or not);
 - rekey: sessions (and messages) re-encrypted per second by ``agentsessions.crypto.rekey``.
 
 The conversation is the save-scaling one (1-2 KB tool results). Nothing is asserted.
@@ -62,6 +62,8 @@ class Figures:
     read_warm: float
     early: float
     late: float
+    plain_early: float
+    plain_late: float
     rekey_seconds: float
     sessions: int
     messages: int
@@ -99,9 +101,14 @@ def measure(store: agent.RunStore, sizes: Sizes, tag: str) -> Figures:
         times["cold"].append(_timed(functools.partial(encrypted(store, KEYRING).messages, secret_id)))
         times["warm"].append(_timed(functools.partial(wrapped.messages, secret_id)))
         made += [plain_id, secret_id]
-    early = _saves(wrapped, f"{tag}-early", talk[: sizes.early], extra)
-    late = _saves(wrapped, f"{tag}-late", talk[: sizes.late], extra)
-    for session_id in [*made, f"{tag}-early", f"{tag}-late"]:
+    edges: dict[str, list[float]] = {"early": [], "late": [], "plain early": [], "plain late": []}
+    for piece in range(0, len(extra), 10):  # in turns, ten saves at a time
+        ten = extra[piece : piece + 10]
+        for name, through in (("", wrapped), ("plain ", store)):
+            edges[f"{name}early"] += _saves(through, f"{tag}-{name}early-{piece}", talk[: sizes.early], ten)
+            edges[f"{name}late"] += _saves(through, f"{tag}-{name}late-{piece}", talk[: sizes.late], ten)
+            made += [f"{tag}-{name}{edge}-{piece}" for edge in ("early", "late")]
+    for session_id in made:
         store.delete(session_id)
     for n in range(sizes.sessions):  # the sessions rekey moves: a few messages each, under the old key
         wrapped.save(f"{tag}-rekey-{n}", talk[: sizes.per_session])
@@ -116,8 +123,10 @@ def measure(store: agent.RunStore, sizes: Sizes, tag: str) -> Figures:
         med(times["read"]),
         med(times["cold"]),
         med(times["warm"]),
-        med(early),
-        med(late),
+        med(edges["early"]),
+        med(edges["late"]),
+        med(edges["plain early"]),
+        med(edges["plain late"]),
         seconds,
         done.rekeyed,
         done.rekeyed * sizes.per_session,
@@ -131,7 +140,7 @@ def report(name: str, f: Figures) -> list[str]:
         f"  {name}: save +1 message {f.save * ms:.2f} ms, wrapped {f.save_wrapped * ms:.2f} ms "
         f"(x{f.save_wrapped / f.save:.2f}); read {f.read * ms:.2f} ms, wrapped cold {f.read_cold * ms:.2f} ms "
         f"(x{f.read_cold / f.read:.2f}), warm {f.read_warm * ms:.2f} ms (x{f.read_warm / f.read:.2f}); "
-        f"late/early wrapped x{f.late / f.early:.2f}; "
+        f"late/early x{f.plain_late / f.plain_early:.2f}, wrapped x{f.late / f.early:.2f}; "
         f"rekey {f.sessions / f.rekey_seconds:.0f} sessions/s, {f.messages / f.rekey_seconds:.0f} messages/s "
         f"({f.sessions} sessions in {f.rekey_seconds:.2f} s)"
     ]

@@ -45,10 +45,13 @@ _REMEMBERED = 256  # sessions; a run's session stays among them while the run li
 
 @attrs.frozen
 class _Known:
-    """A session's messages as this wrapper last sealed or opened them, beside their ciphertexts."""
+    """A session's messages as this wrapper last sealed or opened them, beside their ciphertexts.
 
-    plain: tuple[Message, ...]
-    sealed: tuple[Message, ...]
+    Lists never changed once remembered: a save builds new ones.
+    """
+
+    plain: list[Message]
+    sealed: list[Message]
 
 
 class _KnownSessions:
@@ -69,8 +72,8 @@ class _KnownSessions:
                 self._known.move_to_end(session_id)
             return known
 
-    def remember(self, session_id: str, plain: Sequence[Message], sealed: Sequence[Message]) -> None:
-        known = _Known(tuple(plain), tuple(sealed))
+    def remember(self, session_id: str, plain: list[Message], sealed: list[Message]) -> None:
+        known = _Known(plain, sealed)
         with self._lock:
             self._known[session_id] = known
             self._known.move_to_end(session_id)
@@ -82,10 +85,10 @@ class _KnownSessions:
             self._known.pop(session_id, None)
 
 
-def _shared_prefix(old: Sequence[Message], new: Sequence[Message]) -> int:
+def _shared_prefix(old: list[Message], new: list[Message]) -> int:
     # List equality checks identity first: the messages a run saves again are the same objects.
     n = min(len(old), len(new))
-    if list(old[:n]) == new[:n]:
+    if (old if n == len(old) else old[:n]) == new[:n]:
         return n
     return next(i for i in range(n) if old[i] != new[i])
 
@@ -151,21 +154,20 @@ class EncryptedStore:
         known = self._known.get(session_id)
         shared = _shared_prefix(known.plain, new) if known is not None else 0
         check_transcript(new, start=shared)  # the shared prefix was checked when first sealed
-        seal = self._sealer.seal_message
-        kept = known.sealed[:shared] if known is not None else ()
-        sealed = [*kept, *(seal(session_id, i, new[i]) for i in range(shared, len(new)))]
-        self._known.remember(session_id, new, sealed)
+        sealed = known.sealed[:shared] if known is not None else []
+        sealed += [self._sealer.seal_message(session_id, i, new[i]) for i in range(shared, len(new))]
+        self._known.remember(session_id, list(new), sealed)  # a copy: the caller's list grows on
         return sealed
 
     def _open_transcript(self, session_id: str, stored: list[Message]) -> list[Message]:
         known = self._known.get(session_id)
-        seen = known.sealed if known is not None else ()
+        seen = known.sealed if known is not None else []
         plain = [
             known.plain[i] if known is not None and i < len(seen) and seen[i] == row else self._open(session_id, i, row)
             for i, row in enumerate(stored)
         ]
         self._known.remember(session_id, plain, stored)
-        return plain
+        return list(plain)  # the caller's to change
 
     def _open(self, session_id: str, position: int, row: Message) -> Message:
         return self._sealer.open_message(session_id, position, row)
