@@ -17,7 +17,8 @@ SERVER_MODULES = {
     "test_store_mongodb.py",
     "test_store_redis.py",
     "test_example_postgres.py",
-    "test_example_flask.py",
+    "test_example_web.py",
+    "test_contrib_django.py",
 }
 SERVER_IDS = ("postgres", "mysql", "mongodb", "redis", "PostgreSQL", "MariaDB", "MongoDB", "Redis")
 CRASH_MODULES = {"test_crashes.py"}
@@ -33,6 +34,12 @@ SLOW_MODULES = {
     "test_openai_sdk_fixtures.py",
     "test_anthropic_sdk_fixtures.py",
     "test_docs.py",
+    # The SDK adapters: processes racing, and the SDKs' own suites (tests/sdk) on every store.
+    "test_integrations.py",
+    "test_session.py",
+    "test_session_limit.py",
+    "test_session_store_conformance.py",
+    "test_session_helpers_store.py",
 }
 
 
