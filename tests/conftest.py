@@ -34,6 +34,7 @@ SLOW_MODULES = {
     "test_openai_sdk_fixtures.py",
     "test_anthropic_sdk_fixtures.py",
     "test_docs.py",
+    "test_docs_site.py",
     # The SDK adapters: processes racing, and the SDKs' own suites (tests/sdk) on every store.
     "test_integrations.py",
     "test_session.py",
