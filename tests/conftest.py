@@ -30,6 +30,7 @@ SLOW_MODULES = {
     "test_storetest.py",
     "test_store_memory.py",
     "test_store_sqlite.py",
+    "test_crypto_stores.py",
     "test_openai_sdk_fixtures.py",
     "test_anthropic_sdk_fixtures.py",
     "test_docs.py",
@@ -45,7 +46,7 @@ SLOW_MODULES = {
 
 def _kind(item: pytest.Item) -> str:
     module = item.path.name
-    if module in CRASH_MODULES:
+    if module in CRASH_MODULES or item.get_closest_marker("crash"):
         return "crash"
     if module in BROWSER_MODULES:
         return "browser"
