@@ -1,4 +1,4 @@
-"""Fixtures and hooks only: shared helpers live in ``tests.support``, the fake provider servers in ``tests.fakes``."""
+"""Fixtures and hooks only: shared helpers live in ``tests.support``, fake providers in ``agentsessions.testing``."""
 
 from __future__ import annotations
 
