@@ -1,4 +1,4 @@
-"""Fixtures and hooks only: shared helpers live in ``tests.support``, the fake provider servers in ``tests.fakes``."""
+"""Fixtures and hooks only: shared helpers live in ``tests.support``, fake providers in ``agentsessions.testing``."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ SLOW_MODULES = {
     "test_storetest.py",
     "test_store_memory.py",
     "test_store_sqlite.py",
+    "test_crypto_stores.py",
     "test_openai_sdk_fixtures.py",
     "test_anthropic_sdk_fixtures.py",
     "test_docs.py",
@@ -45,7 +46,7 @@ SLOW_MODULES = {
 
 def _kind(item: pytest.Item) -> str:
     module = item.path.name
-    if module in CRASH_MODULES:
+    if module in CRASH_MODULES or item.get_closest_marker("crash"):
         return "crash"
     if module in BROWSER_MODULES:
         return "browser"
