@@ -137,9 +137,15 @@ class Hold:
         return []
 
     def stop(self, transcript: Sequence[Message], end: RunState) -> bool:
-        """After a failure or an interrupt: save what the run has and release it as ``end``, if the store lets us."""
+        """After a failure or an interrupt: save what the run has and release it as ``end``, if the store lets us.
+
+        A failed run releases only if no steer is waiting. Steers stored while it ran were
+        answered ``RUNNING``: released ``FAILED``, they would wait where no resumer looks.
+        Kept held instead, the session's lease lapses and a resumer finds it ``STALLED``
+        with them pending, as after a crash. The same holds when the release itself fails.
+        """
         try:
-            self.release(transcript, end, unless_steered=False)
+            self.release(transcript, end, unless_steered=end is RunState.FAILED)
         except ConflictError:
             return False  # superseded: the run that took over owns the session now
         except StoreError as error:

@@ -208,6 +208,49 @@ def test_a_steer_answered_running_past_max_steps_is_left_for_a_resumer() -> None
     assert (store.info("s").state, store.info("s").pending_steers) == (agent.RunState.FINISHED, 0)
 
 
+class ReleaseFails(MemoryStore):
+    """A store whose first release unless steered fails, as a store under load or contention can."""
+
+    failed = False
+
+    def save_run(self, claim: Claim, messages: Sequence[agent.Message], **kwargs: Any) -> Progress:
+        if kwargs.get("unless_steered") and not self.failed:
+            self.failed = True
+            raise agent.StoreError("could not release: the store's own failure")
+        return super().save_run(claim, messages, **kwargs)
+
+
+def test_a_run_the_store_fails_leaves_running_answered_steers_where_a_resumer_looks() -> None:
+    store = ReleaseFails()
+    session = agent.open("s", store)
+    entered, release = threading.Event(), threading.Event()
+    endpoint = ScriptedEndpoint([blocking(entered, release, agent.Message.assistant("done"))])
+    run = agent.Runner().start(agent.Spec(session=session, lease=0.2), [USER], endpoint)
+    assert entered.wait(5)
+    assert session.steer("answered RUNNING") is agent.RunState.RUNNING  # a promise: some run answers it
+    release.set()
+    with pytest.raises(agent.RunError) as caught:
+        run.wait(5)
+    assert isinstance(caught.value.__cause__, agent.StoreError) and store.failed
+    # Not released FAILED, where a resumer listing STALLED never looks: held, its lease lapses.
+    wait_for("the lease to lapse", lambda: store.info("s").state is agent.RunState.STALLED)
+    assert [info.id for info in store.sessions(state=agent.RunState.STALLED)] == ["s"]
+    assert store.info("s").pending_steers == 1 and store.messages("s") == caught.value.result.messages
+    later = ScriptedEndpoint([agent.Message.assistant("answered")])
+    agent.Runner().run(agent.Spec(session=session), agent.Resume(), later)
+    assert later.requests[0].messages[-1] == agent.Message.user("answered RUNNING")
+    assert (store.info("s").state, store.info("s").pending_steers) == (agent.RunState.FINISHED, 0)
+
+
+def test_a_failed_run_with_no_steer_waiting_is_released_failed() -> None:
+    store = MemoryStore()
+    session = agent.open("s", store)
+    failing = ScriptedEndpoint([])  # no reply scripted: the model request fails
+    with pytest.raises(agent.RunError):
+        agent.Runner().run(agent.Spec(session=session), [USER], failing)
+    assert (store.info("s").state, store.info("s").pending_steers) == (agent.RunState.FAILED, 0)
+
+
 def test_cancel_from_another_replica_stops_before_the_next_tool_call() -> None:
     store = CountingStore()
     ran: list[int] = []

@@ -444,6 +444,46 @@ def test_a_run_that_lost_its_claim_writes_nothing(database: Database[Any]) -> No
         store.claim("s", replica="third", lease=60)
 
 
+class _SteerAfterEachRead(CommandListener):
+    """While armed, adds a steer (through ``steer``) after every read of a session document: steady steering."""
+
+    def __init__(self, steer: Callable[[int], object]) -> None:
+        self.steer, self.armed, self.added = steer, False, 0
+
+    def started(self, event: CommandStartedEvent) -> None:
+        pass
+
+    def succeeded(self, event: CommandSucceededEvent) -> None:
+        if self.armed and event.command_name == "find":
+            self.added += 1
+            self.steer(self.added)
+
+    def failed(self, event: CommandFailedEvent) -> None:
+        pass
+
+
+def test_a_release_under_steady_steering_reports_the_steers_instead_of_retrying_until_the_timeout(
+    client: Client, database: Database[Any]
+) -> None:
+    other = mongodb.MongoStore(database)
+    listener = _SteerAfterEachRead(lambda n: other.add_steer("steady", f"steer {n}"))
+    host, port = client.address or ("127.0.0.1", 27017)
+    watched: Client
+    with MongoClient(host, port, event_listeners=[listener]) as watched:
+        store = mongodb.MongoStore(watched[database.name], timeout=3.0)  # the defect retried until this, then failed
+        claim = store.claim("steady", replica="r", lease=60)
+        listener.armed = True  # from now on a steer lands between every read and the write that follows it
+        progress = store.save_run(claim, _transcript(2), end=agent.RunState.FINISHED, unless_steered=True)
+        listener.armed = False
+    # The release lost once to the steer after its read; the next attempt reported what it read.
+    assert [steer.text for steer in progress.pending] == ["steer 1"], progress
+    info = other.info("steady")
+    assert (info.state, info.length, info.pending_steers) == (agent.RunState.RUNNING, 2, listener.added)
+    taken = [steer.seq for steer in other.peek_steers("steady")]
+    other.save_run(claim, _transcript(3), taken=taken, end=agent.RunState.FINISHED)
+    assert other.info("steady").state is agent.RunState.FINISHED
+
+
 # --- Fork: the server copies under a fresh epoch, the new session document commits ---------
 
 

@@ -186,6 +186,7 @@ def test_the_repr_names_the_server_and_never_the_password(database: str) -> None
     with from_url(f"mysql://app:{secret}@127.0.0.1:3306/{database}") as store:  # what the docs and the CLI use
         assert repr(store) == f"MySQLStore('127.0.0.1:3306/{database}')"
 
+
 def test_a_save_writes_only_the_new_messages(store: mysql.MySQLStore, database: str) -> None:
     messages = numbered_transcript(50)
     store.save("incremental", messages)

@@ -32,6 +32,7 @@ from agentsessions.testing._storetest_support import (
     id_family,
     next_transcript,
     race_release,
+    race_steady_release,
     short,
     show_id,
     wait_until,
@@ -308,16 +309,21 @@ def _check_release(context: Context) -> None:
     failures: list[Exception] = []
 
     # Kept rather than raised: the failure depends on thread timing (see storetest's races).
+    # Steers a few at a time, or steadily: then each release must report them at once.
     @context.threaded
-    @given(per_adder=st.integers(1, 20), rounds=st.integers(0, 3))
-    def at_release(per_adder: int, rounds: int) -> None:
+    @given(per_adder=st.integers(1, 20), rounds=st.integers(0, 3), steady=st.booleans())
+    @example(per_adder=1, rounds=1, steady=True)
+    def at_release(per_adder: int, rounds: int, steady: bool) -> None:
         if failures:
             return
         context.examples += 1
         session_id = context.new_id()
         try:
             claim = store.claim(session_id, replica=REPLICAS[0], lease=LONG_LEASE)
-            race_release(context.runs, claim, per_adder, rounds)
+            if steady:
+                race_steady_release(context.runs, claim, releases=rounds + 1)
+            else:
+                race_release(context.runs, claim, per_adder, rounds)
             _delete(store, session_id)
         except Exception as error:
             failures.append(error)

@@ -32,6 +32,7 @@ PREFIX_LEN = len(f"storetest-{'0' * 32}-{0:08d}-")
 JOIN_SECONDS = 30.0  # a thread still running after this is taken for a deadlock
 THREAD_SECONDS = 5.0  # each race stops by itself after this long
 ADDERS = TAKERS = 4
+STEADY_STEERS = 200  # the most steers each thread adds in a race of steady steering
 READERS = 3
 
 # --- Strategies -----------------------------------------------------------------------
@@ -451,6 +452,51 @@ def race_release(stores: tuple[RunStore, RunStore], claim: Claim, per_adder: int
     _check_released(states, taken, left)
     want = [Message.user(text) for text in taken]
     check_equal(stores[1].messages(session_id), want, "messages() after the run released, unless steered")
+
+
+def race_steady_release(stores: tuple[RunStore, RunStore], claim: Claim, releases: int) -> None:
+    """A run asks to release ``releases`` times while threads keep steering, and again until it is released.
+
+    Under steady steering each ask finds steers waiting: it must report them at once (the
+    session stays held), never fail or wait for the steering to stop, whatever the store's
+    concurrency. The steers are then accounted for as :func:`race_release` does.
+    """
+    session_id, lock, steering = claim.session_id, threading.Lock(), threading.Event()
+    states: dict[str, RunState] = {}
+    taken: list[str] = []
+    steering.set()
+
+    def adder(a: int) -> None:
+        for n in range(STEADY_STEERS):
+            if not steering.is_set():
+                return
+            text = f"{a}:{n}"
+            state = stores[a % 2].add_steer(session_id, text)
+            with lock:
+                states[text] = state
+
+    def run() -> None:
+        try:
+            wait_until("the first steer", lambda: bool(stores[0].peek_steers(session_id)), THREAD_SECONDS)
+            pending: Sequence[Steer] = ()
+            for attempt in itertools.count(1):
+                got = list(pending) or stores[0].peek_steers(session_id)
+                taken.extend(steer.text for steer in got)
+                transcript, seqs = [Message.user(text) for text in taken], [steer.seq for steer in got]
+                progress = stores[0].save_run(claim, transcript, taken=seqs, end=RunState.FINISHED, unless_steered=True)
+                if attempt >= releases:
+                    steering.clear()
+                if not progress.pending:
+                    return
+                pending = progress.pending
+        finally:
+            steering.clear()
+
+    run_threads([run, *(functools.partial(adder, a) for a in range(ADDERS))])
+    left = [steer.text for steer in stores[1].peek_steers(session_id)]
+    _check_released(states, taken, left)
+    want = [Message.user(text) for text in taken]
+    check_equal(stores[1].messages(session_id), want, "messages() after the run released under steady steering")
 
 
 def _check_released(states: dict[str, RunState], taken: list[str], left: list[str]) -> None:

@@ -231,8 +231,11 @@ class RunStep:
 
     Each condition keeps what it returns true at the commit: the claim still holds; the
     steers it pulls are there (so ``steer_bytes`` drops by exactly theirs); the cancel
-    flag it reports is unchanged; and to release only if no steer waits, or to report
-    the waiting ones, no steer came or went (``steer_seq`` and each one's seq).
+    flag it reports is unchanged; to release only if no steer waits, no steer came
+    (``steer_seq``); and to report the waiting ones, each is still there. A steer that
+    arrives after the read does not stop a step that reports: the run takes it at its next
+    collection. Only a release must see every steer, so steady steering cannot keep a run
+    from ending its step (its release fails once, and the next attempt reports them).
     """
 
     lease: float
@@ -252,10 +255,10 @@ class RunStep:
         release = end is not None and not (unless_steered and waiting)
         cancel = bool(doc.get("cancel_requested", False))
         condition: dict[str, Any] = {"token": claim.token, "run_state": RUNNING}
-        present = pulled + (waiting if end is not None and unless_steered else [])
+        present = pulled + (waiting if end is not None and not release else [])
         if present:
             condition["$and"] = [{"steers.seq": s["seq"]} for s in present]  # $all of several fails on SecantusDB
-        if end is not None and unless_steered:
+        if end is not None and unless_steered and release:
             condition["steer_seq"] = doc.get("steer_seq")
         if not release:
             condition["cancel_requested"] = True if cancel else {"$ne": True}
