@@ -1,4 +1,4 @@
-"""The import boundary: the core imports no store, no driver, no hypothesis, no cryptography, no agent SDK, no Django."""
+"""The import boundary: the core imports no store, no driver, no Hypothesis, no cryptography, no SDK, no Django."""
 
 from __future__ import annotations
 
