@@ -26,6 +26,7 @@ from agentsessions.errors import (
     RunFinishedError,
     RunnerClosedError,
     SchemaMissingError,
+    SchemaTooNewError,
     SessionBusyError,
     StoreError,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "Runner",
     "RunnerClosedError",
     "SchemaMissingError",
+    "SchemaTooNewError",
     "Session",
     "SessionBusyError",
     "SessionInfo",

@@ -32,6 +32,7 @@ NAMED: dict[str, tuple[str, ...]] = {
     "agentsessions.stores.failures": ("could_not",),
     "agentsessions.stores.kit.incremental": ("Known", "KnownSessions", "SavePlan", "new_revision", "plan_save"),
     "agentsessions.stores.kit.failures": ("could_not",),
+    "agentsessions.stores.kit.schema": ("VERSION_TABLE", "Step", "Migrator", "check_version", "plan"),
     "agentsessions.testing.storetest": ("properties", "check", "run", "Report"),
     "agentsessions.runs": (
         "derive_state",

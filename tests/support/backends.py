@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -114,7 +114,8 @@ def scratch_sqlite(directory: Path) -> Iterator[Opener]:
 
 
 @contextlib.contextmanager
-def scratch_postgres(dsn: str) -> Iterator[Opener]:
+def scratch_postgres(dsn: str, schema_sql: str | None = None) -> Iterator[Opener]:
+    """A schema of its own, made with ``schema_sql`` (default: the store's ``SCHEMA``; ``""``: empty)."""
     import psycopg
 
     from agentsessions.stores import postgres
@@ -124,14 +125,18 @@ def scratch_postgres(dsn: str) -> Iterator[Opener]:
         admin.execute(f"CREATE SCHEMA {schema}")
         try:
             with psycopg.connect(dsn, autocommit=True, options=f"-c search_path={schema}") as conn:
-                conn.execute(postgres.SCHEMA)
+                if schema_sql != "":
+                    conn.execute(postgres.SCHEMA if schema_sql is None else schema_sql)
             yield functools.partial(open_postgres, dsn, schema)
         finally:
             admin.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 @contextlib.contextmanager
-def scratch_mysql(host: str, port: int, user: str, password: str) -> Iterator[Opener]:
+def scratch_mysql(
+    host: str, port: int, user: str, password: str, statements: Sequence[str] | None = None
+) -> Iterator[Opener]:
+    """A database of its own, made with ``statements`` (default: the store's ``SCHEMA``)."""
     import pymysql
 
     from agentsessions.stores import mysql
@@ -142,7 +147,7 @@ def scratch_mysql(host: str, port: int, user: str, password: str) -> Iterator[Op
         with admin.cursor() as cur:
             cur.execute(f"CREATE DATABASE {name}")
             cur.execute(f"USE {name}")
-            for statement in mysql.SCHEMA:
+            for statement in mysql.SCHEMA if statements is None else statements:
                 cur.execute(statement)
         yield functools.partial(open_mysql, host, port, user, password, name)
     finally:
@@ -152,7 +157,8 @@ def scratch_mysql(host: str, port: int, user: str, password: str) -> Iterator[Op
 
 
 @contextlib.contextmanager
-def scratch_mongodb(uri: str) -> Iterator[Opener]:
+def scratch_mongodb(uri: str, indexes: Mapping[str, Sequence[Any]] | None = None) -> Iterator[Opener]:
+    """A database of its own with ``indexes`` (default: the store's ``INDEXES``), on SecantusDB unless ``uri``."""
     import pymongo
 
     from agentsessions.stores import mongodb
@@ -166,7 +172,7 @@ def scratch_mongodb(uri: str) -> Iterator[Opener]:
             pymongo.MongoClient(uri, serverSelectionTimeoutMS=5000)
         )
         name = f"agentsessions_crash_{secrets.token_hex(4)}"
-        for collection, models in mongodb.INDEXES.items():
+        for collection, models in (mongodb.INDEXES if indexes is None else indexes).items():
             client[name][collection].create_indexes(models)
         try:
             yield functools.partial(open_mongodb, uri, name)

@@ -4,4 +4,7 @@
   (``plan_save`` compares a transcript with what this store object last saw).
 - :mod:`agentsessions.stores.kit.failures`: ``could_not``, the one wording of a store's
   failures.
+- :mod:`agentsessions.stores.kit.schema`: schema versions (``check_version``, the rule every
+  store applies to the version it finds) and migrations (``Step``, ``plan``, the ``Migrator``
+  that ``agentsessions migrate`` drives).
 """
