@@ -7,6 +7,7 @@ goes through a socket to the server, as a browser's would.
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -152,6 +153,32 @@ def test_the_default_address_is_loopback() -> None:
     assert not parse_bind("0.0.0.0:80").loopback
     with pytest.raises(ValueError, match="HOST:PORT"):
         parse_bind("8700")
+
+
+def test_a_wildcard_bind_prints_addresses_others_can_open(tmp_path: Path) -> None:
+    from agentsessions.console._serve import Bind, hosts_to_open
+
+    sqlite.open(tmp_path / "console.db").close()
+    url = f"sqlite://{tmp_path / 'console.db'}"
+    command = [sys.executable, "-m", "agentsessions", "console", "--store", url, "--bind", "0.0.0.0:0"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        try:
+            assert process.stdout is not None
+            process.stdout.readline()  # the store
+            lines = [process.stdout.readline() for _ in hosts_to_open(Bind("0.0.0.0", 0))]
+            # Each address (the name's resolution is the network's business) opens the console.
+            for link in [line.split()[-1] for line in lines[1:]]:
+                opened = requests.Session().get(link, timeout=10)
+                assert opened.status_code == 200 and "Sessions" in opened.text, link
+        finally:
+            process.terminate()
+            _, errors = process.communicate(timeout=10)
+    assert lines[0].startswith("open http://") and all(line.startswith("  or http://") for line in lines[1:])
+    links = [line.split()[-1] for line in lines]
+    hosts = [urlsplit(link).hostname for link in links]
+    assert "0.0.0.0" not in hosts and hosts[0] == socket.gethostname()
+    assert len({parse_qs(urlsplit(link).query)["token"][0] for link in links}) == 1
+    assert "beyond this machine, over plain HTTP" in errors
 
 
 # --- What a page may contain --------------------------------------------------------------

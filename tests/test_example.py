@@ -1,4 +1,4 @@
-"""examples/sessions: three OS processes over one SQLite file print the six promised lines."""
+"""examples/sessions: three OS processes over one SQLite file print the promised lines and where the store is."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes import fake_anthropic, fake_openai, fake_responses
-from tests.fakes.fake_server import FakeServer
+from agentsessions.testing.fakes import chat_completions as fake_openai
+from agentsessions.testing.fakes import messages as fake_anthropic
+from agentsessions.testing.fakes import responses as fake_responses
+from agentsessions.testing.fakes.server import FakeServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,7 +28,14 @@ def test_the_three_replica_example_keeps_its_promises(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert len(lines) == 6
+    assert len(lines) == 7
+    # Where the store is, whole: the reader can open it.
+    db = (tmp_path / "sessions.db").resolve()
+    assert lines[0] == f"replica B   left a steer in {db}, holding no run — there was none yet"
+    assert lines[6] == f"the store   agentsessions show --store sqlite:///{db} conversation-1"
+    command = [sys.executable, "-m", "agentsessions", *lines[6].split()[3:]]
+    shown = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert shown.returncode == 0 and "check the lease expiry" in shown.stdout, shown.stderr
     assert lines[1] == "replica A   ran 2 steps and was never told replica B existed"
     assert lines[2] == "transcript  4 messages, and the steer is message 0 of them"
     assert lines[3] == "replica C   resumed from 4 messages it never produced, and answered"
@@ -43,7 +52,7 @@ def _openai(script_answers: list[tuple[str, dict[str, str]] | str]) -> tuple[Fak
         fake_openai.Reply(content=a) if isinstance(a, str) else fake_openai.Reply(tool_calls=[_openai_call(*a)])
         for a in script_answers
     ]
-    server = fake_openai.FakeOpenAI(replies, api_key=KEY)
+    server = fake_openai.FakeChatCompletionsAPI(replies, api_key=KEY)
     return server, "openai:gpt-test", {"OPENAI_API_KEY": KEY}
 
 
@@ -59,7 +68,7 @@ def _responses(script_answers: list[tuple[str, dict[str, str]] | str]) -> tuple[
         else fake_responses.Answer(calls=[_openai_call(*a)], reasoning=f"call {a[0]}")
         for a in script_answers
     ]
-    server = fake_responses.FakeResponses(replies, api_key=KEY)
+    server = fake_responses.FakeResponsesAPI(replies, api_key=KEY)
     return server, "openai-responses:gpt-test", {"OPENAI_API_KEY": KEY}
 
 
@@ -70,7 +79,7 @@ def _anthropic(script_answers: list[tuple[str, dict[str, str]] | str]) -> tuple[
         else fake_anthropic.Reply([fake_anthropic.tool_use(f"toolu_{a[0]}", a[0], dict(a[1]))])
         for a in script_answers
     ]
-    server = fake_anthropic.FakeAnthropic(replies, api_key=KEY)
+    server = fake_anthropic.FakeMessagesAPI(replies, api_key=KEY)
     return server, "anthropic:claude-test", {"ANTHROPIC_API_KEY": KEY}
 
 
@@ -86,7 +95,7 @@ def test_the_example_runs_against_a_provider_over_http(
     ]
     server, model, env = provider(script)
     with server:
-        base_url = server.url if isinstance(server, fake_openai.FakeOpenAI) else server.origin
+        base_url = server.url if isinstance(server, fake_openai.FakeChatCompletionsAPI) else server.origin
         example = [sys.executable, str(ROOT / "examples" / "sessions"), "--db", str(tmp_path / "s.db")]
         done = subprocess.run(
             [*example, "--model", model, "--base-url", base_url],
@@ -106,6 +115,6 @@ def test_the_example_runs_against_a_provider_over_http(
     assert len(server.requests) == 4
     first = server.requests[0].body.get("messages") or server.requests[0].body["input"]
     assert STEER in json.dumps(first[-1])  # A's first request carried B's steer, and only it
-    if isinstance(server, fake_responses.FakeResponses):  # C sent back the reasoning A's process stored
+    if isinstance(server, fake_responses.FakeResponsesAPI):  # C sent back the reasoning A's process stored
         assert [item["type"] for item in server.requests[3].body["input"]].count("reasoning") == 3
     assert KEY not in done.stdout + done.stderr

@@ -155,12 +155,11 @@ def checked_version(conn: psycopg.Connection[Any], what: str = "PostgreSQL store
 
 
 def _read(conn: psycopg.Connection[Any]) -> tuple[int | None, psycopg.Error | None]:
+    missing: psycopg.Error | None = None
     try:
         row = conn.execute(_VERSION).fetchone()
     except psycopg.errors.UndefinedTable as error:
         row, missing = None, error
-    else:
-        missing = None
     if row is not None and row[0] is not None:
         return int(row[0]), None
     exists = conn.execute(_SESSIONS_TABLE).fetchone()
