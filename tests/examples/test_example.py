@@ -13,8 +13,7 @@ import pytest
 
 from tests.fakes import fake_anthropic, fake_openai, fake_responses
 from tests.fakes.fake_server import FakeServer
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
 
 
 def test_the_three_replica_example_keeps_its_promises(tmp_path: Path) -> None:
