@@ -1,12 +1,14 @@
 """The exceptions agentsessions raises, one small tree.
 
 Errors the model caused (a tool that raised, a tool it invented, arguments that are not
-JSON) are never raised: they become error results the model reads. What is raised is
-what the caller must see: bad input, a failing store, network or provider.
+JSON or do not fit the tool's schema) are never raised: they become error results the
+model reads. What is raised is what the caller must see: bad input, a failing store,
+network or provider.
 
     AgentSessionsError
     ├── InvalidSessionIdError (ValueError)   an id that is not a non-empty str of <= 255 chars
     ├── FormatError (ValueError)             text that dumps() did not write, or a newer format
+    ├── InvalidArgumentsError (ValueError)   a tool call's input that does not fit the tool's schema
     ├── StoreError                           a store or its database failed; chained from the driver
     │   ├── SchemaMissingError               the tables are missing; names the schema to run
     │   └── ConflictError                    another run holds or took over the session
@@ -39,6 +41,22 @@ class InvalidSessionIdError(AgentSessionsError, ValueError):
 
 class FormatError(AgentSessionsError, ValueError):
     """Text that is not a transcript :func:`agentsessions.dumps` wrote, or one from a newer version."""
+
+
+class InvalidArgumentsError(AgentSessionsError, ValueError):
+    """A tool call's input that does not fit the tool's schema (:meth:`agentsessions.Tool.parse_input`).
+
+    ``field`` is where, as ``items[2].name`` (``""`` for the input as a whole), and
+    ``problem`` what is wrong there; the message joins them.
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(field, problem)
+        self.field = field
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.problem}" if self.field else self.problem
 
 
 class StoreError(AgentSessionsError):

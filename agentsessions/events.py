@@ -91,12 +91,17 @@ class ToolCalled:
 class ToolReturned:
     """A tool call ended; ``result`` is the ``TOOL_RESULT`` block the model will read.
 
-    ``media`` holds the images and documents the tool returned with it, if any.
+    ``media`` holds the images and documents the tool returned with it, if any. ``error`` is
+    the tool's own failure, which the result (``is_error=True``) tells the model about: the
+    exception the tool raised, or a ``TypeError`` for output that is not a tool's. It is
+    ``None`` when the tool returned, and for the model's mistakes (a tool it invented,
+    arguments that do not fit the schema), where the tool never ran.
     """
 
     step: int
     result: Content
     media: tuple[Content, ...] = ()
+    error: BaseException | None = None
 
 
 @attrs.frozen

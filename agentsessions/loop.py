@@ -213,9 +213,9 @@ class ReactLoop:
         """Run one tool call, reporting it to the event sink: its result, then the media the tool returned."""
         if self.emit:
             self.emit(ev.ToolCalled(self.steps, use))
-        blocks = call(self.tools, use)
+        blocks, error = call(self.tools, use)
         if self.emit:
-            self.emit(ev.ToolReturned(self.steps, blocks[0], tuple(blocks[1:])))
+            self.emit(ev.ToolReturned(self.steps, blocks[0], tuple(blocks[1:]), error))
         return blocks
 
     def cancelled(self) -> bool:

@@ -326,8 +326,9 @@ class OpenTelemetry:
         span, started = opened
         if self.capture_message_content:
             span.set_attribute("gen_ai.tool.call.result", result.text)
-        # The tool raised, was unknown, or got bad arguments: the model reads why; the span says so.
-        self._end(span, started, run, "execute_tool", "tool_error" if result.is_error else None)
+        # The tool raised (its exception's type, recorded on the span), or was unknown, or got
+        # bad arguments ("tool_error"): the model reads why; the span says so.
+        self._end(span, started, run, "execute_tool", event.error or ("tool_error" if result.is_error else None))
 
     # Events on the run's span.
 

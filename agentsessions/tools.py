@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections.abc
 import inspect
 import json
+import logging
 import re
 import sys
 import types
@@ -14,7 +15,11 @@ from typing import Any, Literal, Union, get_args, get_origin, overload
 
 import attrs
 
+from agentsessions import schemas
+from agentsessions.errors import InvalidArgumentsError
 from agentsessions.messages import MEDIA, Content, ContentType
+
+log = logging.getLogger("agentsessions")
 
 ToolOutput = str | Sequence[Content]
 """What a tool returns: a str, or a sequence of ``TEXT``, ``IMAGE`` and ``DOCUMENT`` blocks."""
@@ -36,7 +41,8 @@ class Tool:
     blocks (a screenshot and its caption): their text, joined by newlines, is the result's
     text, and the images and documents follow the result in the transcript, carrying its
     ``tool_use_id``, so that the model sees them as part of it. ``input_schema`` is the JSON schema of those
-    arguments, as the providers expect it. ``idempotent`` says that running a call twice
+    arguments, as the providers expect it; a call's arguments are checked against it before
+    ``fn`` runs (:meth:`parse_input`). ``idempotent`` says that running a call twice
     does no more than running it once: with ``Spec(journal=True)``, a call that a crash
     left in doubt runs again only then (any other gets an error result saying its result
     was lost).
@@ -47,44 +53,77 @@ class Tool:
     input_schema: Mapping[str, Any] = attrs.field(validator=_schema_object, eq=False)
     fn: Callable[..., ToolOutput] = attrs.field(validator=attrs.validators.is_callable(), eq=False)
     idempotent: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool), kw_only=True)
+    _check_input: Callable[[object], None] = attrs.field(init=False, eq=False, repr=False)
+
+    @_check_input.default
+    def _compile_schema(self) -> Callable[[object], None]:
+        # Once per tool, so that a call pays only for the check itself.
+        return schemas.checker(self.input_schema)
+
+    def parse_input(self, input: str) -> dict[str, Any]:
+        """The arguments in a tool call's ``input`` (its JSON text), checked against ``input_schema``.
+
+        Empty text is no arguments. Raises :class:`~agentsessions.InvalidArgumentsError` (a
+        ``ValueError``) when the text is not a JSON object, or when a field does not fit the
+        schema, naming it (``x: expected integer, got string "two"``). The schema keywords
+        it checks are listed in :mod:`agentsessions.schemas`.
+        """
+        try:
+            arguments = json.loads(input) if input.strip() else {}
+        except ValueError as error:
+            raise InvalidArgumentsError("", f"not valid JSON: {error}") from error
+        if not isinstance(arguments, dict):
+            raise InvalidArgumentsError("", f"expected a JSON object, got {schemas.shown(arguments)}")
+        self._check_input(arguments)
+        return arguments
 
 
-def call(tools: Mapping[str, Tool], use: Content) -> list[Content]:
-    """Run one tool call: its result block, then any media the tool returned.
+def call(tools: Mapping[str, Tool], use: Content) -> tuple[list[Content], Exception | None]:
+    """Run one tool call: its result block and any media the tool returned; and the tool's failure.
 
-    Every mistake of the model's, and every failure of the tool's, becomes an error result
-    the model reads, never a raise.
+    Every mistake of the model's (a tool it invented, arguments that do not fit the tool's
+    schema) becomes an error result the model reads, never a raise, and the tool does not
+    run. So does every failure of the tool's (an exception, or output that is not a tool's),
+    which is also returned (the exception, or a ``TypeError`` saying what came back) and
+    logged as a warning with its traceback on the ``agentsessions`` logger: a broken tool
+    is the application's to see, not only the model's.
     """
     tool = tools.get(use.name)
     if tool is None:
         known = ", ".join(sorted(tools)) or "none"
-        return [Content.tool_result(use.id, f"unknown tool {use.name!r}; the tools are: {known}", is_error=True)]
+        return [Content.tool_result(use.id, f"unknown tool {use.name!r}; the tools are: {known}", is_error=True)], None
     try:
-        arguments = json.loads(use.input) if use.input.strip() else {}
-    except ValueError as error:
-        return [Content.tool_result(use.id, f"the arguments are not valid JSON: {error}", is_error=True)]
-    if not isinstance(arguments, dict):
-        return [Content.tool_result(use.id, "the arguments must be a JSON object", is_error=True)]
+        arguments = tool.parse_input(use.input)
+    except InvalidArgumentsError as error:
+        text = f"invalid arguments, so the tool did not run: {error}"
+        return [Content.tool_result(use.id, text, is_error=True)], None
     try:
         output = tool.fn(**arguments)
     except Exception as error:  # a tool's failure is an observation for the model, not a crash
-        return [Content.tool_result(use.id, f"{type(error).__name__}: {error}", is_error=True)]
+        log.warning(
+            "tool %r raised %s on call %s; the model reads it as an error result",
+            tool.name,
+            type(error).__name__,
+            use.id,
+            exc_info=error,
+        )
+        return [Content.tool_result(use.id, f"{type(error).__name__}: {error}", is_error=True)], error
     if isinstance(output, str):
-        return [Content.tool_result(use.id, output)]
-    return _blocks_result(tool.name, use.id, output)
-
-
-def _blocks_result(tool_name: str, call_id: str, output: object) -> list[Content]:
-    """The result of a tool that returned blocks: their text as the result's, their media after it."""
+        return [Content.tool_result(use.id, output)], None
     problem = _not_blocks(output)
     if problem:
         message = (
-            f"tool {tool_name!r} returned {problem}; a tool returns a str or a list of TEXT, IMAGE and DOCUMENT blocks"
+            f"tool {tool.name!r} returned {problem}; a tool returns a str or a list of TEXT, IMAGE and DOCUMENT blocks"
         )
-        return [Content.tool_result(call_id, message, is_error=True)]
-    blocks: list[Content] = list(output)  # type: ignore[call-overload]
-    text = "\n".join(block.text for block in blocks if block.type is ContentType.TEXT)
-    media = [attrs.evolve(block, tool_use_id=call_id) for block in blocks if block.type in MEDIA]
+        log.warning("%s (call %s); the model reads it as an error result", message, use.id)
+        return [Content.tool_result(use.id, message, is_error=True)], TypeError(message)
+    return _blocks_result(use.id, output), None
+
+
+def _blocks_result(call_id: str, output: Sequence[Content]) -> list[Content]:
+    """The result of a tool that returned blocks: their text as the result's, their media after it."""
+    text = "\n".join(block.text for block in output if block.type is ContentType.TEXT)
+    media = [attrs.evolve(block, tool_use_id=call_id) for block in output if block.type in MEDIA]
     return [Content.tool_result(call_id, text), *media]
 
 
@@ -199,9 +238,41 @@ def _schema_of(parameter: inspect.Parameter, hints: dict[str, Any], fn_name: str
     return _json_schema(hints[parameter.name], where)
 
 
+_SEQUENCES = (list, tuple, collections.abc.Sequence)
+
+
+def _returnable(hint: Any) -> bool:
+    """Whether a function annotated ``-> hint`` returns what a tool may: a str, or a sequence of blocks."""
+    origin, args = get_origin(hint), get_args(hint)
+    if hint is Any or hint is typing.NoReturn or hint is typing.Never:
+        return True
+    if (isinstance(hint, type) and issubclass(hint, str)) or hint in _SEQUENCES:
+        return True
+    if origin is Literal:
+        return all(isinstance(value, str) for value in args)
+    if origin in (Union, types.UnionType):
+        return all(_returnable(option) for option in args)
+    if origin in _SEQUENCES:
+        items = args[:1] if origin is not tuple else [arg for arg in args if arg is not Ellipsis]
+        return all(item is Any or (isinstance(item, type) and issubclass(item, Content)) for item in items)
+    return False
+
+
+def _check_return(hints: dict[str, Any], fn_name: str) -> None:
+    if "return" in hints and not _returnable(hints["return"]):
+        hint = hints["return"]
+        shown = "None" if hint is type(None) else getattr(hint, "__name__", None) if isinstance(hint, type) else None
+        raise TypeError(
+            f"@tool: {fn_name} is annotated to return {shown or repr(hint)}, which a tool cannot return: a tool "
+            "returns a str (the result the model reads) or a list of TEXT, IMAGE and DOCUMENT Content blocks; "
+            "return str(value), or a sentence saying what was done"
+        )
+
+
 def _derive(fn: Callable[..., ToolOutput], name: str | None, description: str | None, localns: dict[str, Any]) -> Tool:
     summary, described = _docstring_parts(fn.__doc__ or "")
     hints = _type_hints(fn, localns)
+    _check_return(hints, fn.__name__)
     properties: dict[str, Any] = {}
     required: list[str] = []
     for parameter in inspect.signature(fn).parameters.values():
@@ -243,8 +314,9 @@ def tool(
     ``prefixItems``), and dict with str keys. A parameter with a default is optional;
     ``Args:`` lines describe the parameters. Whatever JSON schema cannot say (a type it has
     no form for, ``*args``, ``**kwargs``, a positional-only parameter) is a ``TypeError`` here,
-    at decoration, naming the function and the parameter. ``idempotent=True`` marks a tool
-    that may safely run twice (see :class:`Tool`).
+    at decoration, naming the function and the parameter; so is a return annotation that is
+    not a tool's output (``-> int``, ``-> None``): a tool returns a str or a list of blocks.
+    ``idempotent=True`` marks a tool that may safely run twice (see :class:`Tool`).
     """
     # The caller's frame is where the function was defined: its local types are there.
     if fn is not None:

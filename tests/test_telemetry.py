@@ -338,10 +338,22 @@ def test_a_tool_that_raises_is_an_execute_tool_span_in_error_in_a_run_that_succe
     endpoint = ScriptedEndpoint([call("broken"), agent.Message.assistant("it failed")])
     agent.Runner().run(agent.Spec(tools=[broken]), [USER], endpoint, otel.telemetry())
     (tool,) = by_name(otel.spans(), "execute_tool broken")
-    assert attributes(tool)["error.type"] == "tool_error"
+    # The exception's own type, and the exception recorded, as for a failed model request.
+    assert attributes(tool)["error.type"] == "RuntimeError"
     assert tool.status.status_code is StatusCode.ERROR
+    (exception,) = [event for event in tool.events if event.name == "exception"]
+    assert attributes(exception)["exception.message"] == "disk full"
     (run,) = by_name(otel.spans(), "invoke_agent")
     assert run.status.status_code is StatusCode.UNSET
+
+
+def test_arguments_the_model_got_wrong_are_a_tool_error_span_and_the_tool_does_not_run(otel: Otel) -> None:
+    endpoint = ScriptedEndpoint([call("double", n="two"), agent.Message.assistant("oops")])
+    result = agent.Runner().run(agent.Spec(tools=[double]), [USER], endpoint, otel.telemetry())
+    (tool,) = by_name(otel.spans(), "execute_tool double")
+    assert attributes(tool)["error.type"] == "tool_error"
+    assert [event.name for event in tool.events] == []
+    assert "n: expected integer" in result.messages[2].content[0].text
 
 
 def _steered_run(otel: Otel, **options: Any) -> None:

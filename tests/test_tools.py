@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Literal
+import enum
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, NoReturn
 
+import attrs
 import pytest
 
 import agentsessions as agent
+from agentsessions import events as ev
 from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.tools import call
 
@@ -180,6 +184,86 @@ def test_what_json_schema_cannot_say_is_refused_at_decoration(fn: Callable[..., 
         agent.tool(fn)
 
 
+def _returns_int() -> int:
+    return 3
+
+
+def _returns_none() -> None:
+    pass
+
+
+def _returns_optional() -> str | None:
+    return None
+
+
+def _returns_strings() -> list[str]:
+    return []
+
+
+def _returns_dict() -> dict[str, str]:
+    return {}
+
+
+@pytest.mark.parametrize(
+    ("fn", "shown"),
+    [
+        (_returns_int, "int"),
+        (_returns_none, "None"),
+        (_returns_optional, "str | None"),
+        (_returns_strings, "list[str]"),
+        (_returns_dict, "dict[str, str]"),
+    ],
+)
+def test_a_return_annotation_a_tool_cannot_return_is_refused_at_decoration(fn: Callable[[], Any], shown: str) -> None:
+    with pytest.raises(TypeError) as raised:
+        agent.tool(fn)
+    assert str(raised.value).startswith(
+        f"@tool: {fn.__name__} is annotated to return {shown}, which a tool cannot return: a tool returns a str"
+    )
+
+
+class Verdict(enum.StrEnum):
+    OK = "ok"
+
+
+def test_every_return_annotation_a_tool_can_return_is_accepted() -> None:
+    def text() -> str:
+        return ""
+
+    def verdict() -> Verdict:
+        return Verdict.OK
+
+    def literal() -> Literal["yes", "no"]:
+        return "yes"
+
+    def blocks() -> list[agent.Content]:
+        return []
+
+    def sequence() -> Sequence[agent.Content]:
+        return ()
+
+    def fixed() -> tuple[agent.Content, agent.Content]:
+        return (agent.Content.of_text("a"), agent.Content.of_text("b"))
+
+    def either() -> str | list[agent.Content]:
+        return ""
+
+    def output() -> agent.tools.ToolOutput:
+        return ""
+
+    def anything() -> Any:
+        return ""
+
+    def never() -> NoReturn:
+        raise RuntimeError
+
+    def unannotated():  # type: ignore[no-untyped-def]
+        return ""
+
+    for fn in (text, verdict, literal, blocks, sequence, fixed, either, output, anything, never, unannotated):
+        assert agent.tool(fn).fn is fn
+
+
 def test_a_scripted_reply_function_returning_a_non_message_is_a_type_error() -> None:
     endpoint = ScriptedEndpoint([lambda request: "just text"])  # type: ignore[list-item,return-value]
     request = agent.ModelRequest("", (agent.Message.user("hi"),), (), 100)
@@ -194,32 +278,89 @@ def _use(name: str, arguments: str) -> agent.Content:
 
 
 def test_a_call_passes_the_parsed_arguments() -> None:
-    result = call({"search": search}, _use("search", '{"query": "lease", "limit": 2}'))
-    assert result == [agent.Content.tool_result("call-1", "lease:2:None:None")]
+    blocks, error = call({"search": search}, _use("search", '{"query": "lease", "limit": 2}'))
+    assert (blocks, error) == ([agent.Content.tool_result("call-1", "lease:2:None:None")], None)
 
 
 @pytest.mark.parametrize(
     ("use", "complaint"),
     [
-        (_use("nope", "{}"), "unknown tool 'nope'; the tools are: boom, search"),
-        (_use("search", "{not json"), "the arguments are not valid JSON"),
-        (_use("search", "[1]"), "the arguments must be a JSON object"),
-        (_use("search", '{"query": "q", "bogus": 1}'), "TypeError: "),
-        (_use("boom", "{}"), "RuntimeError: the disk is on fire"),
-        (_use("number", "{}"), "tool 'number' returned int; a tool returns a str or a list of TEXT, IMAGE"),
+        (_use("nope", "{}"), "unknown tool 'nope'; the tools are: search"),
+        (_use("search", "{not json"), "invalid arguments, so the tool did not run: not valid JSON: Expecting"),
+        (_use("search", "[1]"), "invalid arguments, so the tool did not run: expected a JSON object, got array [1]"),
+        (
+            _use("search", '{"query": "q", "bogus": 1}'),
+            "invalid arguments, so the tool did not run: bogus: not allowed (allowed: query, limit, mode, tags)",
+        ),
+        (_use("search", '{"limit": 2}'), "invalid arguments, so the tool did not run: query: missing (it is required)"),
+        (
+            _use("search", '{"query": "q", "limit": "two"}'),
+            'invalid arguments, so the tool did not run: limit: expected integer, got string "two"',
+        ),
+        (
+            _use("search", '{"query": "q", "tags": ["a", null]}'),
+            "invalid arguments, so the tool did not run: tags[1]: expected string, got null null",
+        ),
     ],
 )
-def test_model_mistakes_and_tool_failures_become_error_results(use: agent.Content, complaint: str) -> None:
+def test_model_mistakes_become_error_results_and_the_tool_does_not_run(
+    use: agent.Content, complaint: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    ran: list[dict[str, object]] = []
+
+    def watch(**arguments: object) -> str:
+        ran.append(arguments)
+        return "ran"
+
+    watched = attrs.evolve(search, fn=watch)
+    (result,), error = call({"search": watched}, use)
+    assert result.is_error
+    assert result.tool_use_id == "call-1"
+    assert result.text.startswith(complaint)
+    assert ran == []
+    # The model's mistake, the model's to read: nothing for the application's log.
+    assert (error, caplog.records) == (None, [])
+
+
+def test_a_tool_that_raises_is_an_error_result_the_exception_and_a_warning_with_its_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    @agent.tool
     def boom() -> str:
         raise RuntimeError("the disk is on fire")
 
-    tools = {"search": search, "boom": agent.tool(boom)}
-    if use.name == "number":
-        tools = {"number": agent.Tool("number", "", {"type": "object"}, lambda: 7)}  # type: ignore[arg-type,return-value]
-    (result,) = call(tools, use)
-    assert result.is_error
-    assert result.tool_use_id == "call-1"
-    assert complaint in result.text
+    with caplog.at_level(logging.WARNING, logger="agentsessions"):
+        (result,), error = call({"boom": boom}, _use("boom", "{}"))
+    assert (result.is_error, result.text) == (True, "RuntimeError: the disk is on fire")
+    assert isinstance(error, RuntimeError) and str(error) == "the disk is on fire"
+    (record,) = caplog.records
+    assert (record.name, record.levelno) == ("agentsessions", logging.WARNING)
+    assert (
+        record.getMessage() == "tool 'boom' raised RuntimeError on call call-1; the model reads it as an error result"
+    )
+    assert record.exc_info is not None and record.exc_info[1] is error
+    assert 'raise RuntimeError("the disk is on fire")' in caplog.text  # the traceback, down to the tool's line
+
+
+def test_a_run_reports_the_tools_exception_in_tool_returned() -> None:
+    failure = ValueError("no such city")
+
+    @agent.tool
+    def weather(city: str) -> str:
+        raise failure
+
+    model = ScriptedEndpoint(
+        [
+            agent.Message(agent.Role.ASSISTANT, [agent.Content.tool_use("c1", "weather", '{"city": "Atlantis"}')]),
+            agent.Message(agent.Role.ASSISTANT, [agent.Content.tool_use("c2", "weather", '{"city": 5}')]),
+            agent.Message.assistant("sorry"),
+        ]
+    )
+    seen: list[object] = []
+    agent.Runner().run(agent.Spec(tools=[weather]), [agent.Message.user("weather?")], model, seen.append)
+    raised, refused = [event for event in seen if isinstance(event, ev.ToolReturned)]
+    assert (raised.result.is_error, raised.error) == (True, failure)
+    assert (refused.result.is_error, refused.error) == (True, None)  # the model's mistake: the tool never ran
 
 
 def test_a_tool_needs_an_object_schema() -> None:
@@ -242,7 +383,8 @@ def screenshot(page: str) -> list[agent.Content]:
 
 
 def test_a_tool_may_return_text_images_and_documents() -> None:
-    blocks = call({"screenshot": screenshot}, _use("screenshot", '{"page": "/home"}'))
+    blocks, error = call({"screenshot": screenshot}, _use("screenshot", '{"page": "/home"}'))
+    assert error is None
     assert blocks == [
         agent.Content.tool_result("call-1", "the page /home\nlooks fine"),
         agent.Content(agent.ContentType.IMAGE, media_type="image/png", data=PNG, tool_use_id="call-1"),
@@ -263,10 +405,16 @@ def test_a_tool_may_return_text_images_and_documents() -> None:
         (None, "returned NoneType"),
     ],
 )
-def test_a_tool_returning_anything_else_gives_an_error_result(output: object, complaint: str) -> None:
+def test_a_tool_returning_anything_else_gives_an_error_result(
+    output: object, complaint: str, caplog: pytest.LogCaptureFixture
+) -> None:
     odd = agent.Tool("odd", "", {"type": "object"}, lambda: output)  # type: ignore[arg-type,return-value]
-    (result,) = call({"odd": odd}, _use("odd", "{}"))
+    (result,), error = call({"odd": odd}, _use("odd", "{}"))
     assert result.is_error and complaint in result.text
+    # The tool's fault, not the model's: the application hears of it too.
+    assert isinstance(error, TypeError) and str(error) == result.text
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING and complaint in record.getMessage()
 
 
 def test_a_run_puts_a_tools_images_beside_its_result_and_they_reach_the_next_request() -> None:
