@@ -118,6 +118,9 @@ def open_store(url: StoreURL, *, create: bool = False) -> Iterator[RunStore]:
         except ValueError as error:
             raise CliError(Exit.USAGE, str(error)) from None
         except (StoreError, ImportError) as error:  # unreachable, no file, no driver
+            if isinstance(error.__cause__, FileNotFoundError):  # no SQLite file: said in the command's words
+                missing = error.__cause__.filename
+                raise CliError(Exit.STORE, f"no SQLite file at {missing!r} (only import creates one)") from None
             raise CliError(Exit.STORE, str(error)) from None
         yield store
 

@@ -130,7 +130,8 @@ class Run:
             if self._emit:
                 self._emit(ev.RunFinished(self._result, error))
             if error is not None:
-                self._error = RunError(f"the run failed in step {self._loop.steps}: {error!r}", self._result)
+                failure = f"{type(error).__name__}: {error}"  # its words, not a repr that nests its cause's
+                self._error = RunError(f"the run failed in step {self._loop.steps}: {failure}", self._result)
                 self._error.__cause__ = error
         finally:
             self._loop.keep.let_go()

@@ -9,22 +9,32 @@ MongoDB, Redis), the same the ``agentsessions`` command takes.
 
 It lists the ``STALLED`` sessions (``store.sessions(state=RunState.STALLED)``: a run held
 each and its lease ran out, so its process died or hangs, or it had no step left for a
-steer it was to take and left the session to stall) and resumes each with ``Resume()``,
-at most ``--max-parallel`` at once, printing one line per session:
+steer it was to take and left the session to stall), and the ended ones (``FINISHED``,
+``CANCELLED``, ``FAILED``) with steers waiting: a steer left by ``agentsessions steer`` or
+the console on a session no run holds waits for the next run, and nothing else starts one.
+It resumes each with ``Resume()``, at most ``--max-parallel`` at once, printing one line
+per session:
 
 - ``resumed ID``: the transcript ended in tool results or a user message (a turn under
-  way), or in tool calls the journal saved; the run goes on from there, appending nothing.
+  way), or in tool calls the journal saved, or steers wait; the run goes on from there,
+  taking the steers at its first step.
 - ``skipped ID``: the transcript ends with the assistant's answer and no steer waits, or
   is empty: nothing was lost that a run could redo (the run died after claiming and before
   its first save, so the message that started it lived only in the dead process; the user
   sends it again). It stays ``STALLED`` until the conversation's next run. Also skipped: a
-  session no longer ``STALLED`` when its turn comes (another resumer or a replica took it),
-  or whose claim raises ``SessionBusyError`` (taken an instant before ours).
+  session no longer ``STALLED`` (or ended with steers waiting) when its turn comes (another
+  resumer or a replica took it), or whose claim raises ``SessionBusyError`` (taken an
+  instant before ours).
 - ``failed ID``: the resumed run failed; the exit code is then 1, else 0.
 
 The resumed run must be the agent the service runs: same tools, same system prompt. Here
 that is :func:`service_agent` (an offline demo: an order-status tool and a scripted model);
 put your service's own in its place.
+
+Finding the ended sessions with steers waiting reads the listing of every ended session (a
+store keeps no index of pending steers); a store of millions of conversations runs this
+part less often than the stalled one. A session no run has held yet (``IDLE``) is left
+alone: starting its first run is the application's.
 """
 
 from __future__ import annotations
@@ -93,12 +103,21 @@ def to_resume(messages: list[agent.Message], pending_steers: int) -> bool:
     return last.role is agent.Role.USER or bool(last.tool_uses)
 
 
+ENDED = frozenset({agent.RunState.FINISHED, agent.RunState.CANCELLED, agent.RunState.FAILED})
+
+
+def needs_a_run(info: agent.SessionInfo) -> bool:
+    """Whether a session waits for a run that nothing else starts: stalled, or ended with steers waiting."""
+    return info.state is agent.RunState.STALLED or (info.state in ENDED and info.pending_steers > 0)
+
+
 def resume(runner: agent.Runner, store: agent.RunStore, stalled: agent.SessionInfo, make: Agent) -> tuple[str, bool]:
-    """Resume one session listed as stalled; one line saying what happened, and whether it went well."""
+    """Resume one session listed as needing a run; one line saying what happened, and whether it went well."""
     sid = stalled.id
     info = store.info(sid)  # again, right before the claim: the listing may be minutes old
-    if info.state is not agent.RunState.STALLED:
-        return f"skipped {sid}: {info.state.value} now, held by {info.holder}", True
+    if not needs_a_run(info):
+        waiting = "" if info.state is agent.RunState.RUNNING else f", {info.pending_steers} steers waiting"
+        return f"skipped {sid}: {info.state.value} now, held by {info.holder}{waiting}", True
     messages = store.messages(sid)
     if not to_resume(messages, info.pending_steers):
         return f"skipped {sid}: its last turn was answered, nothing to resume ({len(messages)} messages)", True
@@ -115,12 +134,13 @@ def resume(runner: agent.Runner, store: agent.RunStore, stalled: agent.SessionIn
 
 
 def resume_all(store: agent.RunStore, make: Agent, *, max_parallel: int, replica: str | None = None) -> bool:
-    """Resume every stalled session, ``max_parallel`` at once, printing a line for each; ``False`` if one failed."""
+    """Resume every session that needs a run, ``max_parallel`` at once, one line for each; ``False`` if one failed."""
     stalled = list(store.sessions(state=agent.RunState.STALLED))
+    steered = [info for info in store.sessions(state=ENDED) if info.pending_steers > 0]
     runner = agent.Runner(replica=replica)
     ok = True
     with ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="resume") as pool:
-        futures = [pool.submit(resume, runner, store, info, make) for info in stalled]
+        futures = [pool.submit(resume, runner, store, info, make) for info in [*stalled, *steered]]
         for future in as_completed(futures):
             try:
                 line, went_well = future.result()
@@ -128,7 +148,7 @@ def resume_all(store: agent.RunStore, make: Agent, *, max_parallel: int, replica
                 line, went_well = f"failed: {error}", False
             print(line, flush=True)
             ok = ok and went_well
-    print(f"{len(stalled)} stalled sessions found", flush=True)
+    print(f"{len(stalled)} stalled sessions found; {len(steered)} ended with steers waiting", flush=True)
     return ok
 
 

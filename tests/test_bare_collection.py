@@ -21,8 +21,8 @@ from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.slow  # a new virtual environment and a pip install
 
-# A module-level skip_without, as pytest -rs reports it: where, what is missing, how to install it.
-SKIPPED = re.compile(r"^SKIPPED \[1\] (tests/\S+\.py):\d+: needs (.+): pip install -e '\.\[test\]'")
+# A skip_without in a module or a folder's conftest, as pytest -rs reports it: where, what is missing, how to install.
+SKIPPED = re.compile(r"^SKIPPED \[\d+\] (tests/\S+\.py):\d+: needs (.+): pip install -e '\.\[test\]'")
 
 
 def _requirements() -> list[str]:

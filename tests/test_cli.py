@@ -336,6 +336,7 @@ def test_usage_errors_and_help(sqlite_url: tuple[str, agent.RunStore], tmp_path:
         assert cli("--store", wrong, "list").code == Exit.USAGE, wrong
     missing = cli("--store", f"sqlite://{tmp_path / 'nope.db'}", "list")
     assert missing.code == Exit.STORE and not (tmp_path / "nope.db").exists()
+    assert missing.err == f"agentsessions: no SQLite file at {str(tmp_path / 'nope.db')!r} (only import creates one)\n"
 
 
 def test_text_that_could_drive_a_terminal_is_escaped_and_export_keeps_it_exactly(

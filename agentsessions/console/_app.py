@@ -196,6 +196,7 @@ class Console:
         """What the page's script asks every second: the record, and the messages when they changed."""
         info = self.store.info(_one(params, "id"))
         answer: dict[str, Any] = {"gone": not exists(info), "version": _version(info), "length": info.length}
+        answer["state"] = info.state.value
         answer["status"] = _html.status(info, self.store.peek_steers(info.id), utcnow())
         if answer["version"] != params.get("v", [""])[0] and not answer["gone"]:
             transcript = self.store.messages(info.id)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from html import escape
 
 from agentsessions.messages import Content, ContentType, Message
+from agentsessions.persistence import IN_DOUBT
 
 _IMAGE_TYPE = re.compile(r"image/[A-Za-z0-9.+-]{1,60}")
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\r\n]*")
@@ -21,14 +22,36 @@ _WEB = re.compile(r"https?://", re.IGNORECASE)
 
 
 def messages(transcript: Sequence[Message], start: int = 0) -> str:
-    """The messages of ``transcript`` from index ``start`` on, numbered as ``fork --at`` counts them."""
-    return "".join(message(index, transcript[index]) for index in range(start, len(transcript)))
+    """The messages of ``transcript`` from index ``start`` on, numbered as ``fork --at`` counts them.
+
+    In the last message, a result that is the journal's in-doubt mark is a call under way
+    while a run holds the session (the journal saves it just before the tool runs), and in
+    doubt once none does: both are in the page, and the session's state picks one.
+    """
+    last = len(transcript) - 1
+    calls = _tool_names(transcript[last - 1]) if last >= 1 else {}
+    return "".join(
+        message(index, transcript[index], calls if index == last else None) for index in range(start, last + 1)
+    )
 
 
-def message(index: int, item: Message) -> str:
-    """One message: its number and role, then its blocks."""
+def _tool_names(item: Message) -> dict[str, str]:
+    return {use.id: use.name for use in item.tool_uses}
+
+
+def message(index: int, item: Message, underway: dict[str, str] | None = None) -> str:
+    """One message: its number and role, then its blocks.
+
+    ``underway`` maps the ids of the calls a run may be running to their tools' names: an
+    in-doubt result for one of them is shown as a call under way (see :func:`messages`).
+    """
     role = item.role.value
-    blocks = "".join(block(content) for content in item.content)
+    blocks = "".join(
+        _underway(content, underway[content.tool_use_id])
+        if underway and content.tool_use_id in underway and _in_doubt(content)
+        else block(content)
+        for content in item.content
+    )
     return (
         f'<article class="message {role}" id="m{index}" data-index="{index}">'
         f'<header><span class="number">#{index}</span> {role}</header>{blocks}</article>'
@@ -61,6 +84,21 @@ def block(content: Content) -> str:
     if kind is ContentType.IMAGE or kind is ContentType.DOCUMENT:
         return _media(content)
     return _raw(content)
+
+
+def _in_doubt(content: Content) -> bool:
+    return content.type is ContentType.TOOL_RESULT and content.is_error and content.text == IN_DOUBT
+
+
+def _underway(content: Content, tool: str) -> str:
+    """An in-doubt result that may be a call under way: the stylesheet shows the side the session's state picks."""
+    return (
+        f'<div class="tool-result error in-doubt" data-tool="{escape(tool)}"><span class="label">tool result</span> '
+        '<span class="badge underway">running</span><span class="badge error doubt">in doubt</span> '
+        f'<span class="call-id">[{escape(content.tool_use_id)}]</span>'
+        f'<p class="underway">{escape(tool)} is running; its result shows here when it returns</p>'
+        f'<pre class="doubt">{escape(content.text)}</pre></div>'
+    )
 
 
 def _media(content: Content) -> str:

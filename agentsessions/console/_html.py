@@ -105,18 +105,25 @@ def _row(root: str, info: SessionInfo, now: datetime.datetime) -> str:
 
 
 def status(info: SessionInfo, steers: Sequence[Steer], now: datetime.datetime) -> str:
-    """The record of a session: state, holder, lease, length, last update, the steers waiting."""
+    """The record of a session: state, holder, lease, what the run does, length, last update, the steers waiting.
+
+    The steers are listed in the order a run takes them, by their text: a store's own
+    numbering means nothing to a reader.
+    """
     cancelling = ' <span class="badge">cancel requested</span>' if info.cancel_requested else ""
     held = {RunState.RUNNING: "holds it now", RunState.STALLED: "held it; its lease lapsed"}
     holder = "-"
     if info.holder is not None:
         holder = f"{escape(info.holder)} ({held.get(info.state, 'its last run; none holds it now')})"
-    waiting = "".join(f'<li><span class="number">[{s.seq}]</span> {escape(s.text)}</li>' for s in steers)
+    # The script names the tool when the transcript shows a call under way (a journal's mark).
+    doing = '<dt>now</dt><dd class="activity">in a step: asking the model or running tools</dd>'
+    waiting = "".join(f"<li>{escape(s.text)}</li>" for s in steers)
     return (
         f'<dl><dt>state</dt><dd><span class="state {info.state.value}">{info.state.value}</span>{cancelling}</dd>'
         f"<dt>holder</dt><dd>{holder}</dd><dt>lease</dt><dd>{escape(fmt.lease(info, now))}</dd>"
-        f"<dt>messages</dt><dd>{info.length}</dd><dt>updated (UTC)</dt><dd>{fmt.utc(info.updated_at)}</dd>"
-        f"<dt>steers waiting</dt><dd>{len(steers)}</dd></dl>" + (f'<ul class="steers">{waiting}</ul>' if steers else "")
+        + (doing if info.state is RunState.RUNNING else "")
+        + f"<dt>messages</dt><dd>{info.length}</dd><dt>updated (UTC)</dt><dd>{fmt.utc(info.updated_at)}</dd>"
+        f"<dt>steers waiting</dt><dd>{len(steers)}</dd></dl>" + (f'<ol class="steers">{waiting}</ol>' if steers else "")
     )
 
 
@@ -134,7 +141,8 @@ def session(root: str, info: SessionInfo, status_html: str, transcript_html: str
     return (
         f'<h1>Session <code class="session-id">{sid}</code></h1><div class="columns"><aside>{"".join(panels)}</aside>'
         f'<section class="transcript-column"><h2>Transcript</h2><div id="transcript" data-poll="{poll}" '
-        f'data-length="{info.length}" data-version="{escape(version)}">{transcript_html}</div></section></div>'
+        f'data-length="{info.length}" data-version="{escape(version)}" data-state="{info.state.value}">'
+        f"{transcript_html}</div></section></div>"
     )
 
 
@@ -147,12 +155,15 @@ def _steer_panel(root: str, hidden: str) -> str:
 
 
 def _actions_panel(root: str, info: SessionInfo, hidden: str) -> str:
+    # Cancel is offered while a run holds the session, and the fork offers the whole
+    # transcript: the script keeps both true as the session changes.
+    live = "" if info.state is RunState.RUNNING else " hidden"
     return (
-        f'<section class="panel"><h2>Actions</h2><form method="post" action="{root}/cancel">{hidden}'
-        '<button type="submit" name="do" value="cancel">Cancel the run</button></form>'
+        f'<section class="panel"><h2>Actions</h2><form method="post" action="{root}/cancel" id="cancel"{live}>'
+        f'{hidden}<button type="submit" name="do" value="cancel">Cancel the run</button></form>'
         f'<form method="post" action="{root}/fork" class="fork">{hidden}'
         f'<label>new id <input name="new" required value="{escape(info.id)}-fork"></label>'
-        f'<label>first <input name="at" type="number" min="0" max="{info.length}" value="{info.length}">'
+        f'<label>first <input name="at" id="fork-at" type="number" min="0" max="{info.length}" value="{info.length}">'
         " messages</label>"
         '<button type="submit" name="do" value="fork">Fork</button></form>'
         f'<p><a class="danger" href="{escape(root + "/delete?id=" + q(info.id))}">Delete…</a></p></section>'

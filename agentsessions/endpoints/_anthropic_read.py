@@ -5,9 +5,10 @@ a :class:`~agentsessions.Content` by :func:`block_content`. A stream builds thos
 from its events the way the official SDK accumulates them: ``text_delta`` appends text,
 ``thinking_delta`` thinking, ``signature_delta`` sets the signature, ``citations_delta``
 appends a citation, ``input_json_delta`` pieces make a tool call's input (kept as the exact
-text the model wrote), and any other delta (such as ``compaction_delta``) sets the fields
-it carries. Every field these helpers read is checked for its type; what is not the API's
-format raises one of :data:`~agentsessions.endpoints._http.MALFORMED`, which the HTTP layer
+text the model wrote), ``compaction_delta`` appends to a compaction's summary and sets its
+``encrypted_content`` (a piece's null leaves either as it was), and any other delta sets
+the fields it carries. Every field these helpers read is checked for its type; what is not
+the API's format raises one of :data:`~agentsessions.endpoints._http.MALFORMED`, which the HTTP layer
 reports as :class:`~agentsessions.EndpointDecodingError`.
 """
 
@@ -170,6 +171,24 @@ def _delta(block: _Block, delta: Mapping[str, Any]) -> str:
         fields["signature"] = str_field(delta, "signature")
     elif kind == "citations_delta":
         fields["citations"] = [*(fields.get("citations") or []), delta["citation"]]
+    elif kind == "compaction_delta":
+        _compaction_delta(fields, delta)
     else:
         fields.update((key, value) for key, value in delta.items() if key != "type")
     return ""
+
+
+def _compaction_delta(fields: dict[str, Any], delta: Mapping[str, Any]) -> None:
+    """A piece of a compaction block: its summary grows as text does; the opaque part is the last one sent.
+
+    A piece without ``content`` (null) adds nothing: it must not erase the summary so far,
+    which goes back to the API as it came.
+    """
+    if delta.get("content") is not None:
+        fields["content"] = str_field(fields, "content", "") + str_field(delta, "content")
+    if delta.get("encrypted_content") is not None:
+        fields["encrypted_content"] = str_field(delta, "encrypted_content")
+    fields.update((key, value) for key, value in delta.items() if key not in _COMPACTION_DELTA_KEYS)
+
+
+_COMPACTION_DELTA_KEYS = frozenset({"type", "content", "encrypted_content"})

@@ -540,7 +540,35 @@ def transport_error(url: str, error: requests.RequestException) -> EndpointTrans
     """No complete answer arrived; a timeout is :class:`EndpointTimeoutError`. The caller chains it ``from error``."""
     timed_out = isinstance(error, requests.Timeout) or "timed out" in str(error).lower()
     kind, what = (EndpointTimeoutError, "timed out") if timed_out else (EndpointTransportError, "failed")
-    return kind(f"the request to {url} {what}: {type(error).__name__}: {error}", status=0)
+    return kind(f"the request to {url} {what}: {_why(error)}", status=0)
+
+
+def _why(error: requests.RequestException) -> str:
+    """Why no connection was made, in words, when the cause is one a reader can act on.
+
+    requests wraps urllib3's error, which wraps the socket's, and each message quotes the
+    repr of the one inside: a refused port reads as three nested reprs. The socket's own
+    error says it in a line. Anything else keeps requests' words.
+    """
+    for inner in _causes(error):
+        if isinstance(inner, ConnectionRefusedError):
+            return "the connection was refused: nothing listens there (check base_url, and that the server is running)"
+        if isinstance(inner, socket.gaierror):
+            return f"the host name does not resolve ({inner.strerror or inner}): check base_url"
+    return f"{type(error).__name__}: {error}"
+
+
+def _causes(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and every error it wraps: chained, as urllib3's ``reason``, or among its ``args``."""
+    todo, seen = [error], set()
+    while todo:
+        inner = todo.pop(0)
+        if id(inner) in seen:
+            continue
+        seen.add(id(inner))
+        yield inner
+        wrapped = (inner.__cause__, inner.__context__, getattr(inner, "reason", None), *inner.args)
+        todo += [item for item in wrapped if isinstance(item, BaseException)]
 
 
 def _request_id(response: requests.Response, body: object) -> str:

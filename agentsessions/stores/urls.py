@@ -25,6 +25,7 @@ extra. No message ever holds the password: URLs are shown as ``postgresql://user
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import re
 from collections.abc import Callable, Iterator
@@ -149,7 +150,8 @@ def _sqlite(url: StoreURL, parts: SplitResult, *, create: bool) -> Iterator[RunS
         raise ValueError(f"a SQLite URL is sqlite:///absolute/path or sqlite:relative/path, got {url.shown}")
     path = Path(unquote(parts.path))
     if not create and not path.is_file():
-        raise StoreError(f"no SQLite file at {str(path)!r} (only import creates one)")
+        missing = FileNotFoundError(errno.ENOENT, "no such file", str(path))
+        raise StoreError(f"no SQLite file at {str(path)!r}: from_url makes one only with create=True") from missing
     with contextlib.closing(sqlite.open(path)) as store:
         yield store
 

@@ -72,12 +72,13 @@ def main() -> int:
         expect(steps == 2 and len(after_a) == 4, f"A ran 2 steps into 4 messages ({steps}, {len(after_a)})")
 
     answer = textwrap.shorten(after_c[-1].text, 100, placeholder="…")
-    print(f"replica B   left a steer in {Path(db).name}, holding no run — there was none yet")
+    print(f"replica B   left a steer in {Path(db).resolve()}, holding no run — there was none yet")
     print(f"replica A   ran {steps} steps and was never told replica B existed")
     print(f"transcript  {len(after_a)} messages, and the steer is message {steer_at} of them")
     print(f"replica C   resumed from {len(after_a)} messages it never produced, and answered")
     print(f'            "{answer}"')
     print(f"steers      {len(left)} left in the store: it was handed over exactly once")
+    print(f"the store   agentsessions show --store sqlite:///{Path(db).resolve()} {SESSION}")
     for failure in failures:
         print(f"NOT AS PROMISED: {failure}", file=sys.stderr)
     return 1 if failures else 0

@@ -11,6 +11,7 @@ from tests.support.servers import skip_without
 skip_without("waitress", extra="console")  # before the imports that need them
 
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ import requests
 import agentsessions as agent
 from agentsessions.console._guard import SECURITY_HEADERS
 from agentsessions.endpoints import ScriptedEndpoint
+from agentsessions.loop import IN_DOUBT
 from agentsessions.messages import Content, ContentType, Message, Role
 from agentsessions.stores import sqlite
 from tests.support.console_server import TOKEN, served, sqlite_store
@@ -157,6 +159,32 @@ def test_the_default_address_is_loopback() -> None:
         parse_bind("8700")
 
 
+def test_a_wildcard_bind_prints_addresses_others_can_open(tmp_path: Path) -> None:
+    from agentsessions.console._serve import Bind, hosts_to_open
+
+    sqlite.open(tmp_path / "console.db").close()
+    url = f"sqlite://{tmp_path / 'console.db'}"
+    command = [sys.executable, "-m", "agentsessions", "console", "--store", url, "--bind", "0.0.0.0:0"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        try:
+            assert process.stdout is not None
+            process.stdout.readline()  # the store
+            lines = [process.stdout.readline() for _ in hosts_to_open(Bind("0.0.0.0", 0))]
+            # Each address (the name's resolution is the network's business) opens the console.
+            for link in [line.split()[-1] for line in lines[1:]]:
+                opened = requests.Session().get(link, timeout=10)
+                assert opened.status_code == 200 and "Sessions" in opened.text, link
+        finally:
+            process.terminate()
+            _, errors = process.communicate(timeout=10)
+    assert lines[0].startswith("open http://") and all(line.startswith("  or http://") for line in lines[1:])
+    links = [line.split()[-1] for line in lines]
+    hosts = [urlsplit(link).hostname for link in links]
+    assert "0.0.0.0" not in hosts and hosts[0] == socket.gethostname()
+    assert len({parse_qs(urlsplit(link).query)["token"][0] for link in links}) == 1
+    assert "beyond this machine, over plain HTTP" in errors
+
+
 # --- What a page may contain --------------------------------------------------------------
 
 
@@ -174,7 +202,7 @@ def test_a_transcript_full_of_markup_stays_text(base: str, store: sqlite.SQLiteS
     assert 'class="tool-result error"' in page and "redacted thinking (6 characters" in page
     assert f'src="data:image/png;base64,{PNG}"' in page  # an image/* with base64 data: shown
     assert "data:text/html" not in page and "javascript:" not in re.sub(r"<code>[^<]*</code>", "", page)
-    assert "[1]</span> steer &lt;script&gt;" in page
+    assert '<ol class="steers"><li>steer &lt;script&gt;alert(1)&lt;/script&gt;</li></ol>' in page
 
 
 def test_the_script_polls_for_new_messages(base: str, store: sqlite.SQLiteStore) -> None:
@@ -324,3 +352,49 @@ def test_any_session_id_round_trips_through_links_and_forms(base: str, store: sq
     assert steered.status_code == 303 and [s.text for s in store.peek_steers(odd)] == ["hello"]
     assert post(base, "steer", odd, text="   ").status_code == 400
     assert get(base + steered.headers["Location"]).status_code == 200
+
+
+# --- What the session page offers, as the session changes ------------------------------------
+
+
+def test_waiting_steers_are_listed_in_order_by_their_text_not_by_store_numbers(
+    base: str, store: sqlite.SQLiteStore
+) -> None:
+    store.save("queue", [Message.user("a")])
+    for text in ("first", "second"):
+        store.add_steer("queue", text)
+    for status in (
+        get(f"{base}/session?id=queue").text,
+        get(f"{base}/session/poll?id=queue&from=1&v=x").json()["status"],
+    ):
+        assert '<ol class="steers"><li>first</li><li>second</li></ol>' in status
+        assert not re.search(r"\[\d+\]", status)  # no store sequence number anywhere
+
+
+def test_cancel_is_offered_only_while_a_run_holds_the_session(base: str, store: sqlite.SQLiteStore) -> None:
+    store.save("ended", [Message.user("a"), Message.assistant("b")])
+    assert '<form method="post" action="/cancel" id="cancel" hidden>' in get(f"{base}/session?id=ended").text
+    claim = store.claim("held", replica="replica-a", lease=30)
+    page = get(f"{base}/session?id=held").text
+    assert '<form method="post" action="/cancel" id="cancel">' in page
+    assert "<dt>now</dt>" in page  # what the run is doing, while one holds it
+    assert get(f"{base}/session/poll?id=held&from=0&v=x").json()["state"] == "running"
+    store.save_run(claim, [Message.user("a")], end=agent.RunState.FINISHED)
+    assert get(f"{base}/session/poll?id=held&from=0&v=x").json()["state"] == "finished"
+    assert '<form method="post" action="/cancel" id="cancel" hidden>' in get(f"{base}/session?id=held").text
+
+
+def test_a_journal_call_in_the_last_message_is_marked_as_possibly_under_way(
+    base: str, store: sqlite.SQLiteStore
+) -> None:
+    doubt = Content.tool_result("c2", IN_DOUBT, is_error=True)
+    calls = Message(Role.ASSISTANT, (Content.tool_use("c1", "fetch", "{}"), Content.tool_use("c2", "send", "{}")))
+    store.save("journal", [Message.user("go"), calls, Message(Role.USER, (Content.tool_result("c1", "ok"), doubt))])
+    page = get(f"{base}/session?id=journal").text
+    (marked,) = re.findall(r'<div class="tool-result error in-doubt" data-tool="([^"]*)">', page)
+    assert marked == "send"
+    assert "send is running; its result shows here when it returns" in page  # shown while a run holds it
+    assert 'data-state="idle"' in page  # and the stylesheet shows the in-doubt side instead
+    # Once the transcript moves on, the mark is a call in doubt, never one under way.
+    store.save("journal", [*store.messages("journal"), Message.assistant("sent, maybe")])
+    assert "in-doubt" not in get(f"{base}/session?id=journal").text

@@ -182,3 +182,66 @@ def test_fork_at_a_message_then_delete_after_confirming(
     listed = browser.find_element(By.CSS_SELECTOR, "table.sessions").text
     assert "branch" not in listed and "original" in listed
     assert store.info("branch").length == 0
+
+
+def test_a_tool_call_under_way_shows_then_the_ended_session_offers_no_cancel_and_forks_at_its_end(
+    browser: WebDriver, base: str, store: sqlite.SQLiteStore
+) -> None:
+    release = threading.Event()
+
+    @agent.tool
+    def ship(order: int) -> str:
+        """Ship an order."""
+        if not release.wait(GATE_TIMEOUT):
+            raise TimeoutError("the test never let the tool return")
+        return f"order {order} shipped"
+
+    # With the journal, the call is saved just before the tool runs: the console can show it.
+    spec = agent.Spec(session=agent.open("shipping", store), tools=[ship], journal=True, lease=5)
+    model = ScriptedEndpoint([call("ship", "c1", order=7), Message.assistant("Shipped.")])
+    run = agent.Runner(replica="replica-a").start(spec, [Message.user("ship order 7")], model)
+    try:
+        wait_for("the call to be saved as started", lambda: store.info("shipping").length == 3)
+        browser.get(f"{base}/session?id=shipping&token={TOKEN}")
+        wait(browser).until(lambda _: "running the tool ship" in browser.find_element(By.ID, "status").text)
+        running = browser.find_element(By.CSS_SELECTOR, "#m2 .in-doubt")
+        assert running.find_element(By.CSS_SELECTOR, ".badge.underway").is_displayed()
+        assert not running.find_element(By.CSS_SELECTOR, ".badge.doubt").is_displayed()
+        assert "ship is running" in running.text and "never recorded" not in running.text
+        assert browser.find_element(By.CSS_SELECTOR, 'button[value="cancel"]').is_displayed()
+        fork_at = browser.find_element(By.ID, "fork-at")
+        assert (fork_at.get_attribute("value"), fork_at.get_attribute("max")) == ("3", "3")
+        browser.execute_script("window.notReloaded = true")
+
+        release.set()  # the tool returns, the model answers, the run finishes
+        wait(browser).until(lambda _: "finished" in browser.find_element(By.ID, "status").text)
+        wait(browser).until(text_of(browser, "#m3"))
+        assert "order 7 shipped" in browser.find_element(By.ID, "m2").text
+        assert browser.find_elements(By.CSS_SELECTOR, ".in-doubt") == []
+        assert not browser.find_element(By.CSS_SELECTOR, 'button[value="cancel"]').is_displayed()
+        wait(browser).until(lambda _: browser.find_element(By.ID, "fork-at").get_attribute("value") == "4")
+        assert browser.execute_script("return window.notReloaded === true") is True
+
+        new = browser.find_element(By.NAME, "new")
+        new.clear()
+        new.send_keys("shipping-again")
+        browser.find_element(By.CSS_SELECTOR, 'button[value="fork"]').click()  # at the end, no reload needed
+        wait(browser).until(lambda _: "Forked" in browser.find_element(By.CLASS_NAME, "notice").text)
+        assert store.messages("shipping-again") == store.messages("shipping")
+        assert len(store.messages("shipping-again")) == 4
+    finally:
+        release.set()
+        run.wait(30)
+
+
+def test_a_fork_count_someone_chose_is_kept_while_the_transcript_grows(
+    browser: WebDriver, base: str, store: sqlite.SQLiteStore
+) -> None:
+    store.save("growing", [Message.user("one"), Message.assistant("two")])
+    browser.get(f"{base}/session?id=growing&token={TOKEN}")
+    fork_at = browser.find_element(By.ID, "fork-at")
+    fork_at.clear()
+    fork_at.send_keys("1")
+    store.save("growing", [Message.user("one"), Message.assistant("two"), Message.user("three")])
+    wait(browser).until(lambda _: browser.find_element(By.ID, "fork-at").get_attribute("max") == "3")
+    assert browser.find_element(By.ID, "fork-at").get_attribute("value") == "1"

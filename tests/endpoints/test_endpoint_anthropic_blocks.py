@@ -14,7 +14,7 @@ import agentsessions as agent
 from agentsessions.endpoints import AnthropicEndpoint, EndpointDecodingError, ScriptedEndpoint
 from agentsessions.stores import sqlite
 from agentsessions.stores.memory import MemoryStore
-from tests.fakes.fake_anthropic import FakeAnthropic, Reply, sign, text, thinking, tool_use
+from tests.fakes.fake_anthropic import FakeAnthropic, Reply, block_events, sign, text, thinking, tool_use
 
 KEY = "sk-ant-test-blocks"
 C = agent.Content
@@ -152,6 +152,29 @@ def test_server_tool_blocks_and_cited_text_come_as_raw_and_go_back_verbatim_in_p
     endpoint(fake).complete(agent.ModelRequest("", later))
     sent = fake.requests[1].body["messages"][1]["content"]
     assert sent[1:] == [SERVER_TOOL, SEARCH_RESULT, CITED]
+
+
+COMPACTION = {
+    "type": "compaction",
+    "content": "The user asked when the next eclipse is; a search found August 2026, cited.",
+    "encrypted_content": "EqQBCkYIBRgCKkDfinal",
+}
+
+
+def test_a_compaction_streamed_in_pieces_is_the_block_whole_and_goes_back_whole(fake: FakeAnthropic) -> None:
+    # Streamed, the summary comes as several compaction_delta pieces, the last with
+    # content null: the block must come out as the whole answer's, not as its last piece.
+    fake.add(Reply([COMPACTION, text("In August.")]), Reply([COMPACTION, text("In August.")]), Reply([text("ok")]))
+    asked = agent.ModelRequest("", (agent.Message.user("When?"),))
+    whole = endpoint(fake).complete(asked)
+    streamed = endpoint(fake, stream=True).complete(asked)
+    pieces = [event["delta"] for event in block_events(0, COMPACTION) if event["type"] == "content_block_delta"]
+    assert len(pieces) > 3 and pieces[-1]["content"] is None
+    assert streamed.message == whole.message
+    assert json.loads(streamed.message.content[0].data) == COMPACTION
+    later = (agent.Message.user("When?"), streamed.message, agent.Message.user("thanks"))
+    endpoint(fake).complete(agent.ModelRequest("", later))
+    assert fake.requests[2].body["messages"][1]["content"][0] == COMPACTION
 
 
 def test_a_raw_blocks_text_goes_into_the_body_byte_for_byte(fake: FakeAnthropic) -> None:

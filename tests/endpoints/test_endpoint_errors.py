@@ -60,6 +60,28 @@ def test_nobody_listening_is_a_transport_error_and_a_connection_error() -> None:
     assert isinstance(caught.value.__cause__, requests.ConnectionError)
 
 
+def test_a_run_against_a_dead_port_fails_with_one_readable_line() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(agent.RunError) as caught:
+        agent.Runner().run(agent.Spec(), [agent.Message.user("hi")], claude(f"http://127.0.0.1:{port}", max_retries=0))
+    # Not requests' wrapper quoting urllib3's quoting the socket's, each as a repr.
+    assert str(caught.value) == (
+        f"the run failed in step 1: EndpointTransportError: the request to http://127.0.0.1:{port}/v1/messages "
+        "failed: the connection was refused: nothing listens there (check base_url, and that the server is running)"
+    )
+    assert isinstance(caught.value.__cause__, EndpointTransportError)
+
+
+def test_a_host_name_that_does_not_resolve_says_so() -> None:
+    with pytest.raises(EndpointTransportError) as caught:
+        claude("http://no-such-host.invalid", max_retries=0).complete(HI)
+    message = str(caught.value)
+    assert "the host name does not resolve (" in message and "check base_url" in message, message
+    assert "NameResolutionError" not in message and "HTTPConnectionPool" not in message, message
+
+
 def test_a_connection_that_keeps_dropping_is_a_transport_error(fake: FakeAnthropic) -> None:
     fake.add(Drop(), Drop())
     with pytest.raises(EndpointTransportError) as caught:

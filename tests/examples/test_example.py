@@ -1,4 +1,4 @@
-"""examples/sessions: three OS processes over one SQLite file print the six promised lines."""
+"""examples/sessions: three OS processes over one SQLite file print the promised lines and where the store is."""
 
 from __future__ import annotations
 
@@ -25,7 +25,14 @@ def test_the_three_replica_example_keeps_its_promises(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert len(lines) == 6
+    assert len(lines) == 7
+    # Where the store is, whole: the reader can open it.
+    db = (tmp_path / "sessions.db").resolve()
+    assert lines[0] == f"replica B   left a steer in {db}, holding no run — there was none yet"
+    assert lines[6] == f"the store   agentsessions show --store sqlite:///{db} conversation-1"
+    command = [sys.executable, "-m", "agentsessions", *lines[6].split()[3:]]
+    shown = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert shown.returncode == 0 and "check the lease expiry" in shown.stdout, shown.stderr
     assert lines[1] == "replica A   ran 2 steps and was never told replica B existed"
     assert lines[2] == "transcript  4 messages, and the steer is message 0 of them"
     assert lines[3] == "replica C   resumed from 4 messages it never produced, and answered"

@@ -148,6 +148,35 @@ def test_the_resumer_finishes_a_killed_run_once(place: tuple[Opener, list[str]])
         assert (store.info(ANSWERED).state, store.info(ANSWERED).length) == (agent.RunState.STALLED, 2)
 
 
+def test_a_steer_the_command_left_on_an_ended_session_is_answered_by_the_resumer(
+    place: tuple[Opener, list[str]],
+) -> None:
+    opener, where = place
+    resumer = example()
+    with opener() as store:
+        for sid in ("steered", "quiet"):
+            spec, model = resumer.service_agent(agent.open(sid, store))
+            agent.Runner(replica="web-1").run(spec, [agent.Message.user(f"{sid}: where is order 5?")], model)
+        assert store.info("steered").state is agent.RunState.FINISHED
+        # The command (or the console) leaves a steer; no run holds the session to take it.
+        steer = [sys.executable, "-m", "agentsessions", *where, "steer", "steered", "and order 6?"]
+        left = subprocess.run(steer, capture_output=True, text=True, timeout=60, check=False)
+        assert left.returncode == 0, left.stderr
+        assert store.info("steered").pending_steers == 1
+
+        done = subprocess.run([sys.executable, str(EXAMPLE), *where], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert [line.split(":")[0] for line in lines[:-1]] == ["resumed steered"], lines
+        assert lines[-1] == "0 stalled sessions found; 1 ended with steers waiting"
+        info = store.info("steered")
+        assert (info.state, info.pending_steers) == (agent.RunState.FINISHED, 0)
+        after = store.messages("steered")
+        assert after[4].text == "and order 6?"  # the question, the call, its result, the answer, then the steer
+        assert after[-1].text == "Here is what I found: order 6: shipped on 3 March, parcel 7731"
+        assert store.info("quiet").length == 4  # ended with nothing waiting: left alone
+
+
 def test_a_session_taken_since_the_listing_is_skipped_and_reported() -> None:
     resumer = example()
     store = MemoryStore()

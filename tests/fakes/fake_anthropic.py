@@ -20,7 +20,10 @@ thinking block, and every thinking block must carry the signature this fake gave
 Streamed, each block type goes as the API sends it: text as ``text_delta`` pieces (a
 cited one with a ``citations_delta`` per citation first), thinking as ``thinking_delta``
 pieces and one ``signature_delta``, the input of ``tool_use``, ``server_tool_use`` and
-``mcp_tool_use`` as ``input_json_delta`` pieces, every other block whole in its start.
+``mcp_tool_use`` as ``input_json_delta`` pieces, a compaction's summary as
+``compaction_delta`` pieces (each with an interim ``encrypted_content``, then a last one
+with ``content: null`` and the final ``encrypted_content``, as the SDK's
+``compaction_multi_delta_response`` recording has it), every other block whole in its start.
 
 ``count_tokens=True`` makes the usage the fake's own count, with the prompt cache the API
 documents: see :class:`PromptCache`.
@@ -275,14 +278,14 @@ def _events(message: dict[str, Any]) -> Iterator[dict[str, Any]]:
     start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
     yield {"type": "message_start", "message": start}
     for index, block in enumerate(message["content"]):
-        yield from _block_events(index, block)
+        yield from block_events(index, block)
         yield {"type": "content_block_stop", "index": index}
     delta: dict[str, Any] = {"stop_reason": message["stop_reason"], "stop_sequence": None}
     yield {"type": "message_delta", "delta": delta, "usage": {"output_tokens": usage["output_tokens"]}}
     yield {"type": "message_stop"}
 
 
-def _block_events(index: int, block: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def block_events(index: int, block: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """One block's start and deltas, as the API streams its type."""
 
     def delta(**fields: Any) -> dict[str, Any]:
@@ -307,6 +310,15 @@ def _block_events(index: int, block: dict[str, Any]) -> Iterator[dict[str, Any]]
         for piece in pieces(block["thinking"]):
             yield delta(type="thinking_delta", thinking=piece)
         yield delta(type="signature_delta", signature=block["signature"])
+    elif kind == "compaction":
+        yield {
+            "type": "content_block_start",
+            "index": index,
+            "content_block": {**block, "content": None, "encrypted_content": None},
+        }
+        for number, piece in enumerate(pieces(block["content"] or "", 8)):
+            yield delta(type="compaction_delta", content=piece, encrypted_content=f"interim-{number}")
+        yield delta(type="compaction_delta", content=None, encrypted_content=block["encrypted_content"])
     elif kind in _STREAMED_INPUT:
         yield {"type": "content_block_start", "index": index, "content_block": {**block, "input": {}}}
         # The API's first input_json_delta is empty; an empty input has no other.

@@ -758,6 +758,24 @@ def test_an_unreachable_server_is_named_with_its_host_and_port(proxy: StallingPr
     assert "unreachable" in message and "Retry" in message, message
 
 
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"database": "agentsessions_no_such_database"}, "has no such database ((1049) Unknown database"),
+        ({"password": "not-the-password"}, "refused the login ((1045) Access denied for user"),
+    ],
+)
+def test_a_server_that_answers_and_refuses_is_not_said_to_be_down(
+    database: str, options: dict[str, str], says: str
+) -> None:
+    store = mysql.MySQLStore(functools.partial(pymysql.connect, **{**_server(database), **options}))
+    with pytest.raises(agent.StoreError) as caught:
+        store.info("s")
+    message = str(caught.value)
+    assert says in message and f"at {MYSQL_HOST}:{MYSQL_PORT}" in message, message
+    assert "running" not in message and "not-the-password" not in message, message
+
+
 def test_a_message_over_max_allowed_packet_says_so_and_the_next_call_works(store: mysql.MySQLStore, admin: Any) -> None:
     ((limit,),) = _query(admin, "SELECT @@max_allowed_packet")
     if limit > 64 << 20:

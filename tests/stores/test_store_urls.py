@@ -25,8 +25,11 @@ SECRET = "s3cr3t-pw"
 
 def test_a_sqlite_url_opens_the_file_and_creates_it_only_when_asked(tmp_path: Path) -> None:
     path = tmp_path / "sessions.db"
-    with pytest.raises(agent.StoreError, match="no SQLite file at"):
+    with pytest.raises(agent.StoreError) as missing:
         stores.from_url(f"sqlite://{path}").__enter__()
+    # Said to a Python caller in its own terms (not the command's import), chained from the cause.
+    assert str(missing.value) == f"no SQLite file at {str(path)!r}: from_url makes one only with create=True"
+    assert isinstance(missing.value.__cause__, FileNotFoundError) and missing.value.__cause__.filename == str(path)
     with stores.from_url(f"sqlite://{path}", create=True) as store:
         assert isinstance(store, SQLiteStore)
         store.save("s", [agent.Message.user("hi")])

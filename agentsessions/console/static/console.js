@@ -1,5 +1,7 @@
-// The session page's transcript grows without a reload: every second this asks the console
-// what changed and puts in the messages it sends (HTML the server built and escaped).
+// The session page follows the session without a reload: every second this asks the console
+// what changed and puts in the messages it sends (HTML the server built and escaped), and
+// keeps the actions true to the session: Cancel only while a run holds it, the fork's count
+// at the whole transcript (unless someone chose another), the tool a run is running named.
 "use strict";
 (function () {
   const transcript = document.getElementById("transcript");
@@ -7,11 +9,40 @@
   if (!transcript || !status) {
     return;
   }
+  const cancel = document.getElementById("cancel");
+  const forkAt = document.getElementById("fork-at");
   let length = Number(transcript.dataset.length);
   let version = transcript.dataset.version;
 
+  function follow(newLength) {
+    if (!forkAt) {
+      return;
+    }
+    const whole = forkAt.value === forkAt.max;
+    forkAt.max = String(newLength);
+    if (whole) {
+      forkAt.value = String(newLength);
+    }
+  }
+
+  function showActivity() {
+    const activity = status.querySelector(".activity");
+    const last = transcript.lastElementChild;
+    if (!activity || !last || transcript.dataset.state !== "running") {
+      return;
+    }
+    const tools = Array.from(last.querySelectorAll(".in-doubt"), (node) => node.dataset.tool);
+    if (tools.length > 0) {
+      activity.textContent = "running the tool " + tools.join(", ");
+    }
+  }
+
   function apply(answer) {
     status.innerHTML = answer.status;
+    transcript.dataset.state = answer.state;
+    if (cancel) {
+      cancel.hidden = answer.state !== "running";
+    }
     if (answer.gone) {
       transcript.classList.add("gone");
       return false;
@@ -27,6 +58,8 @@
       version = answer.version;
       transcript.dataset.length = String(length);
     }
+    follow(answer.length);
+    showActivity();
     return true;
   }
 
@@ -49,5 +82,6 @@
     }
   }
 
+  showActivity();
   window.setTimeout(poll, 1000);
 })();

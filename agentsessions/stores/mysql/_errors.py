@@ -12,6 +12,9 @@ import pymysql
 # "server has gone away" (a statement over max_allowed_packet) or empty (a connection the
 # server or network dropped before the call began).
 _CONNECT_ERRORS = (2003, 2005)  # CR_CONN_HOST_ERROR, CR_UNKNOWN_HOST
+# The server answered and refused: it is running, so saying "check that it runs" misleads.
+_UNKNOWN_DATABASE = 1049  # ER_BAD_DB_ERROR
+_ACCESS_DENIED = (1044, 1045, 1698)  # ER_DBACCESS_DENIED_ERROR, ER_ACCESS_DENIED_ERROR, ..._NO_PASSWORD_ERROR
 _DROPPED = (2006, 2013)  # CR_SERVER_GONE_ERROR, CR_SERVER_LOST
 _PACKET_TOO_LARGE = 1153
 _LOCK_WAIT_TIMEOUT, _DEADLOCK, _BINLOG_STATEMENT = 1205, 1213, 1665
@@ -32,6 +35,16 @@ def explain(error: BaseException, *, connecting: bool = False, payload: int = 0)
         return (
             f"the server at {where} did not answer within the connection's timeout ({said}); the connection was "
             "dropped and the server rolls back what it had not committed: check the server and the network, then retry"
+        )
+    if code == _UNKNOWN_DATABASE:
+        return (
+            f"the server at {where} has no such database ({said}): create it (CREATE DATABASE, then the store's "
+            "SCHEMA) or name an existing one as connect()'s database"
+        )
+    if code in _ACCESS_DENIED:
+        return (
+            f"the server at {where} refused the login ({said}): check the user and password connect() passes, "
+            "and that the user is granted access from this host to this database"
         )
     if connecting or code in _CONNECT_ERRORS:
         return (
