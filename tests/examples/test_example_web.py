@@ -246,11 +246,27 @@ def _cancel_from_the_other_replica(a: Replica, b: Replica, gates: Gates) -> None
     b.wait_state("running", a.replica, "and the refund?")
     status, cancelled = b.post("/cancel")
     assert (status, cancelled["cancelled"]) == (200, True)
+    _renewed_twice(b)  # A's heartbeat brought the cancel to A's run
     gates.open_next("A's model calls look_up, which the cancel stops")
     done = b.wait_state("cancelled", a.replica)
     last = done["messages"][-1]["content"]
     assert [(c["type"], c["is_error"]) for c in last] == [("tool_result", True)]
     assert "cancelled" in last[0]["text"]
+
+
+def _renewed_twice(b: Replica) -> None:
+    """Wait until the holder's lease was renewed twice since now: the first renewal began after
+    this call, and the holder's heartbeat has taken in what it learned before making the second."""
+    seen = [b.get()["lease_expires_at"]]
+
+    def twice() -> bool:
+        now = b.get()["lease_expires_at"]
+        if now != seen[-1]:
+            seen.append(now)
+        return len(seen) >= 3
+
+    wait_for("two renewals of the holder's lease", twice)
+    b.timeline.note("B", "GET  sees A's lease renewed twice since the cancel: A's heartbeat has seen it")
 
 
 def _takeover_after_sigkill(a: Replica, b: Replica, gates: Gates) -> list[str]:

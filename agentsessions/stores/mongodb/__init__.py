@@ -76,14 +76,15 @@ from agentsessions.runs import (
     check_lease,
     check_updated_before,
     derive_state,
-    listed,
     state_filter,
     superseded,
     utcnow,
 )
 from agentsessions.session import check_fork_at, check_session_id, check_steer
-from agentsessions.stores.kit.failures import could_not
+from agentsessions.stores.kit.failures import could_not, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
+from agentsessions.stores.kit.listing import Page, pages
+from agentsessions.stores.kit.values import micros
 from agentsessions.stores.mongodb._fork import PrefixCopy, forked, taken
 from agentsessions.stores.mongodb._layout import (
     RUNNING,
@@ -103,7 +104,6 @@ from agentsessions.stores.mongodb._layout import (
     info_of,
     key,
     lease_micros,
-    micros,
     moment,
     next_state,
     parse_state,
@@ -293,16 +293,16 @@ class MongoStore:
         if states is not None and not states:
             return
         for phase in phases:
-            last: Mapping[str, Any] | None = None
-            while True:
-                with self._errors("list the sessions", None):
-                    now = utcnow()
-                    query = {"$and": [phase, *after(last), *in_states(states, micros(now))]}
-                    docs = list(self._sessions.find(query, _INFO_FIELDS).sort(_ORDER).limit(PAGE_SIZE))
-                yield from listed(docs, functools.partial(_listed_info, now=now), self._name)
-                if len(docs) < PAGE_SIZE:
-                    break
-                last = docs[-1]
+            yield from pages(functools.partial(self._page, phase, states), _last, self._name, PAGE_SIZE)
+
+    def _page(
+        self, phase: dict[str, Any], states: frozenset[RunState] | None, last: Mapping[str, Any] | None
+    ) -> Page[Mapping[str, Any]]:
+        with self._errors("list the sessions", None):
+            now = utcnow()
+            query = {"$and": [phase, *after(last), *in_states(states, micros(now))]}
+            docs = list(self._sessions.find(query, _INFO_FIELDS).sort(_ORDER).limit(PAGE_SIZE))
+        return docs, functools.partial(_listed_info, now=now)
 
     def delete(self, session_id: str) -> bool:
         """Remove the session whole; ``True`` if it existed.
@@ -583,14 +583,14 @@ class MongoStore:
 
     @contextmanager
     def _errors(self, action: str, session_id: str | None) -> Iterator[None]:
-        try:
-            with pymongo.timeout(self._timeout):
-                self._check_indexes()
-                yield
-        except (PyMongoError, BSONError) as error:
-            if session_id is not None:
-                self._known.forget(session_id)
-            raise StoreError(f"{could_not(self._name, action, session_id)}: {error}") from error
+        errors = (PyMongoError, BSONError)
+        with translated(errors, self._name, action, session_id, known=self._known), pymongo.timeout(self._timeout):
+            self._check_indexes()
+            yield
+
+
+def _last(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    return doc  # the next page starts after it (see after())
 
 
 def _listed_info(doc: Mapping[str, Any], now: datetime.datetime) -> SessionInfo:
