@@ -11,6 +11,10 @@ each raise ``DecryptionError``.
 
 from __future__ import annotations
 
+from tests.support.servers import skip_without
+
+skip_without("cryptography", extra="crypto")  # before the imports that need it
+
 import contextlib
 import functools
 import itertools
