@@ -1,4 +1,4 @@
-"""Fixtures and hooks only: shared helpers live in ``tests.support``, the fake provider servers in ``tests.fakes``.
+"""Fixtures and hooks only: shared helpers live in ``tests.support``, fake providers in ``agentsessions.testing``.
 
 Markers (pyproject.toml lists them) are explicit: a module that needs a database server,
 kills processes, drives a browser or is slow says so with ``pytestmark``, a single test

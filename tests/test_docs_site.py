@@ -106,7 +106,7 @@ def test_every_signature_of_the_reference_is_annotated(site: Path) -> None:
 
 def test_each_area_has_its_page_and_code_is_highlighted(site: Path) -> None:
     areas = ["running", "messages", "sessions", "errors", "endpoints", "stores", "testing", "events"]
-    areas += ["telemetry", "console", "integrations", "django"]
+    areas += ["telemetry", "console", "integrations", "django", "crypto"]
     for area in areas:
         assert (site / "reference" / area / "index.html").is_file(), area
     install = (site / "install" / "index.html").read_text()

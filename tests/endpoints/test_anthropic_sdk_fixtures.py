@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 import agentsessions as agent
 from agentsessions.endpoints import AnthropicEndpoint
 from agentsessions.endpoints._anthropic_read import Stream
-from tests.fakes.fake_server import RawServer
+from agentsessions.testing.fakes.server import RawServer
 from tests.support import paths
 from tests.support.sse_pieces import assembled
 

@@ -25,7 +25,7 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 import agentsessions as agent
 from agentsessions.endpoints import OpenAIEndpoint
 from agentsessions.endpoints.openai import _Stream
-from tests.fakes.fake_server import RawServer, Recordings
+from agentsessions.testing.fakes.server import RawServer, Recordings
 from tests.support import paths
 from tests.support.sse_pieces import assembled
 
