@@ -13,9 +13,9 @@ import importlib.util
 import re
 import warnings
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
+
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 # Module path -> the names users import from it.

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
+import pytest
+
 import agentsessions as agent
 from tests.support.servers import (
     MONGODB_URI,
@@ -33,6 +35,14 @@ Opener = Callable[[], AbstractContextManager[Any]]
 
 PERSISTENT = ("sqlite", "postgres", "mysql", "mongodb", "redis")
 """Every persistent store, as :func:`scratch_opener` (and conftest's ``opener`` fixture) name them."""
+
+IN_PROCESS = ("memory", "sqlite")
+"""The stores that need no database server."""
+
+
+def store_params(*kinds: str) -> list[object]:
+    """``kinds`` as pytest parameters (ids the names), each store that needs a server marked ``server``."""
+    return [pytest.param(kind, id=kind, marks=() if kind in IN_PROCESS else pytest.mark.server) for kind in kinds]
 
 
 def postgres_url(dsn: str, schema: str, password: str | None = None) -> str:
