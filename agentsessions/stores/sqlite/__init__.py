@@ -1,0 +1,445 @@
+"""A store in one SQLite file (stdlib ``sqlite3``), shared by threads and by processes.
+
+It creates its tables on open, and migrates a file made by an older release on open, in
+one ``BEGIN IMMEDIATE`` transaction, safely while other processes have the file open (the
+schema, its versions and that migration are in ``_schema``; the version is recorded in the
+file's ``agentsessions_schema`` table). A file from before the run columns (whose
+``updated_at`` is ``NOT NULL`` seconds, which SQLite cannot change in place) is refused with
+a :class:`~agentsessions.errors.StoreError`. WAL lets readers run beside the one writer;
+the busy timeout makes writers from other threads and processes wait their turn instead of
+failing. Every step of more than one statement is one ``BEGIN IMMEDIATE`` transaction,
+which takes the write lock before it reads, so no step ever has to upgrade a read into a
+write and fail halfway.
+
+Clock: ``updated_at`` and leases come from this process's clock (``utcnow()``), kept as
+integer microseconds since the epoch. Processes that share a file share a machine, and
+so one clock.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import os
+import sqlite3
+import threading
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+from agentsessions.codec import decode_text, encode_text
+from agentsessions.errors import ConflictError
+from agentsessions.messages import Message
+from agentsessions.runs import (
+    ENDINGS,
+    Claim,
+    Progress,
+    Renewal,
+    RunState,
+    SessionInfo,
+    Steer,
+    busy,
+    check_updated_before,
+    derive_state,
+    state_filter,
+    superseded,
+    utcnow,
+)
+from agentsessions.session import check_fork_at, check_session_id, check_steer
+from agentsessions.stores.kit import arguments, values
+from agentsessions.stores.kit.failures import translated
+from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
+from agentsessions.stores.kit.listing import Page, pages
+from agentsessions.stores.sqlite._schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, migrator, prepare
+
+__all__ = ["MIGRATIONS", "PAGE_SIZE", "SCHEMA", "SCHEMA_VERSION", "SQLiteStore", "migrator", "open"]
+
+PAGE_SIZE = 500
+"""How many sessions :meth:`SQLiteStore.sessions` fetches per query."""
+
+_SELECT_SESSION = "SELECT revision, length FROM agentsessions_sessions WHERE id = ?"
+# Bodies come as bytes: the codec's JSON decoder reads UTF-8 itself, so making a str of each first is wasted.
+_SELECT_MESSAGES = "SELECT CAST(body AS BLOB) FROM agentsessions_messages WHERE session_id = ? ORDER BY position"
+_DELETE_MESSAGES_FROM = "DELETE FROM agentsessions_messages WHERE session_id = ? AND position >= ?"
+_INSERT_MESSAGE = "INSERT INTO agentsessions_messages (session_id, position, body) VALUES (?, ?, ?)"
+_UPSERT_SESSION = """
+INSERT INTO agentsessions_sessions (id, revision, length, updated_at) VALUES (?, ?, ?, ?)
+ON CONFLICT (id) DO UPDATE SET revision = excluded.revision, length = excluded.length,
+                               updated_at = excluded.updated_at
+"""
+# A steer or a claim before any save makes the record: length 0, never updated, IDLE.
+_CREATE_RECORD = "INSERT INTO agentsessions_sessions (id, revision, length) VALUES (?, ?, 0) ON CONFLICT DO NOTHING"
+_SELECT_HOLD = "SELECT run_state, lease_expires_at, holder FROM agentsessions_sessions WHERE id = ?"
+_NEXT_STEER = "UPDATE agentsessions_counters SET steers = steers + 1"
+_INSERT_STEER = """
+INSERT INTO agentsessions_steers (session_id, seq, text) SELECT ?, steers, ? FROM agentsessions_counters
+"""
+# RETURNING gives rows in no promised order, so each carries its seq to sort by.
+_TAKE_STEERS = "DELETE FROM agentsessions_steers WHERE session_id = ? RETURNING seq, text"
+_PEEK_STEERS = "SELECT seq, text FROM agentsessions_steers WHERE session_id = ? ORDER BY seq"
+_DELETE_STEER = "DELETE FROM agentsessions_steers WHERE session_id = ? AND seq = ?"
+_NEXT_TOKEN = "UPDATE agentsessions_counters SET tokens = tokens + 1 RETURNING tokens"
+_CLAIM = """
+UPDATE agentsessions_sessions SET run_state = 'running', token = ?, holder = ?, lease = ?,
+                                  lease_expires_at = ?, cancel_requested = 0
+WHERE id = ?
+"""
+_SELECT_RUN = """
+SELECT revision, length, token, run_state, lease, cancel_requested FROM agentsessions_sessions WHERE id = ?
+"""
+_SAVE_RUN = """
+UPDATE agentsessions_sessions SET revision = ?, length = ?, updated_at = ?, lease_expires_at = ?,
+                                  run_state = ?, cancel_requested = ?
+WHERE id = ?
+"""
+_RENEW = """
+UPDATE agentsessions_sessions SET lease_expires_at = ?1 + CAST(round(lease * 1000000) AS INTEGER)
+WHERE id = ?2 AND token = ?3 AND run_state = 'running'
+RETURNING cancel_requested
+"""
+_CANCEL = """
+UPDATE agentsessions_sessions SET cancel_requested = 1
+WHERE id = ? AND run_state = 'running' AND lease_expires_at > ?
+"""
+# A fork is a new record and a copy of the rows made by SQLite itself, never through Python.
+_FORK_RECORD = "INSERT INTO agentsessions_sessions (id, revision, length, updated_at) VALUES (?, ?, ?, ?)"
+_COPY_MESSAGES = """
+INSERT INTO agentsessions_messages (session_id, position, body)
+SELECT ?, position, body FROM agentsessions_messages WHERE session_id = ? AND position < ? ORDER BY position
+"""
+_DELETE_SESSION = (
+    "DELETE FROM agentsessions_messages WHERE session_id = ?",
+    "DELETE FROM agentsessions_steers WHERE session_id = ?",
+    "DELETE FROM agentsessions_sessions WHERE id = ?",
+)
+_INFO_COLUMNS = """id, length, updated_at, run_state, holder, lease_expires_at, cancel_requested,
+       (SELECT count(*) FROM agentsessions_steers WHERE session_id = s.id)"""
+_INFO = f"SELECT {_INFO_COLUMNS} FROM agentsessions_sessions AS s WHERE id = ?"
+# Keyset pages over the (updated_at, id) index, newest first; SQLite sorts NULL lowest, so
+# never-saved records come last, walked in a second pass (a row value with NULL compares NULL).
+_PAGE = f"""
+SELECT {_INFO_COLUMNS} FROM agentsessions_sessions AS s
+WHERE {{where}} ORDER BY updated_at DESC, id DESC LIMIT {PAGE_SIZE}
+"""
+_SAVED_BELOW = "(updated_at, id) < (:updated, :id)"
+_NEVER_SAVED = "updated_at IS NULL"
+_NEVER_SAVED_BELOW = "updated_at IS NULL AND id < :id"
+_LATEST = 2**63 - 1  # above any updated_at: with id X'' the first page's bound excludes nothing
+_STATE_SQL = {
+    RunState.IDLE: "run_state IS NULL",
+    RunState.RUNNING: "(run_state = 'running' AND lease_expires_at > :now)",
+    RunState.STALLED: "(run_state = 'running' AND (lease_expires_at IS NULL OR lease_expires_at <= :now))",
+    **{state: f"run_state = '{state.value}'" for state in ENDINGS},
+}
+
+
+class SQLiteStore:
+    """Sessions and their runs in one SQLite file.
+
+    Each thread gets its own connection (sqlite3 connections belong to one thread), so
+    one store object is safe to share between threads; several processes may open the
+    same file. ``timeout`` is how long a writer waits for another to finish, in seconds.
+
+    ``durable`` chooses what a power cut or an OS crash may cost. ``False`` (the default)
+    runs WAL with ``synchronous=NORMAL``: a commit returns once it is in the WAL file, not
+    yet flushed to disk, so such a crash may lose the last commits (never corrupt the file;
+    a crash of the process alone loses nothing). ``True`` runs ``synchronous=FULL``: every
+    commit waits for its fsync, which costs a disk flush per save.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 10.0, durable: bool = False) -> None:
+        if not isinstance(durable, bool):
+            raise TypeError(f"durable must be a bool, got {type(durable).__name__}: {durable!r:.80}")
+        self.path = os.fspath(path)
+        self.durable = durable
+        self._timeout = timeout
+        self._local = threading.local()
+        self._pid = os.getpid()
+        self._known = KnownSessions()
+        with self._errors("create the tables"):
+            self._version = prepare(self._connection(), self.path).version
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r})"
+
+    def schema_version(self) -> int:
+        """The version of the file's schema, read (and migrated to, when older) on open."""
+        assert self._version is not None  # prepare() returns a version or raises
+        return self._version
+
+    # --- Transcripts and steers (the seed's four) ------------------------------------------
+
+    def save(self, session_id: str, messages: Sequence[Message]) -> None:
+        """Make ``messages`` the transcript; writes only what is new since this store last saw it."""
+        plan = plan_save(self._known, session_id, messages)
+        revision, key = new_revision(), encode_text(session_id)
+        with self._errors("save the transcript", session_id), self._transaction() as db:
+            _write_messages(db, key, plan, db.execute(_SELECT_SESSION, (key,)).fetchone())
+            db.execute(_UPSERT_SESSION, (key, revision, len(plan.messages), _now()))
+        self._known.remember(session_id, revision, plan.messages)
+
+    def messages(self, session_id: str) -> list[Message]:
+        """The session's transcript, empty if it has none."""
+        key = encode_text(check_session_id(session_id))
+        with self._errors("read the transcript", session_id), self._transaction("BEGIN") as db:
+            row = db.execute(_SELECT_SESSION, (key,)).fetchone()
+            bodies = db.execute(_SELECT_MESSAGES, (key,)).fetchall()
+        return self._known.read(session_id, row[0] if row else None, [body for (body,) in bodies])
+
+    def add_steer(self, session_id: str, text: str) -> RunState:
+        """Leave a steer for the session's run; returns the session's state as it was stored."""
+        key = encode_text(check_session_id(session_id))
+        check_steer(text)
+        # One transaction with the record's write lock: a run releasing the session either
+        # sees this steer or has released before it, and the state returned says which.
+        with self._errors("add a steer", session_id), self._transaction() as db:
+            now = _now()
+            run_state, expires, _ = _hold(db, key)
+            db.execute(_NEXT_STEER)
+            db.execute(_INSERT_STEER, (key, encode_text(text)))
+        return _state(run_state, expires, now, session_id)
+
+    def take_steers(self, session_id: str) -> list[str]:
+        """Remove and return the waiting steers, oldest first; each goes to exactly one caller."""
+        key = encode_text(check_session_id(session_id))
+        with self._errors("take steers", session_id):
+            rows = self._connection().execute(_TAKE_STEERS, (key,)).fetchall()
+        return [decode_text(text) for _, text in sorted(rows)]
+
+    # --- Records: info, listing, delete, cancel ---------------------------------------------
+
+    def info(self, session_id: str) -> SessionInfo:
+        """The session's record, in one query; an unknown id is ``IDLE`` with length 0."""
+        key = encode_text(check_session_id(session_id))
+        with self._errors("read the record", session_id):
+            now = _now()
+            row = self._connection().execute(_INFO, (key,)).fetchone()
+        return SessionInfo(session_id) if row is None else _info(row, now)
+
+    def sessions(
+        self, *, state: RunState | Collection[RunState] | None = None, updated_before: datetime.datetime | None = None
+    ) -> Iterator[SessionInfo]:
+        """Every session, newest update first (never saved last, ties by id), fetched in pages."""
+        states, before = state_filter(state), check_updated_before(updated_before)
+        return self._listing(_where(states), _LATEST if before is None else values.micros(before), before is None)
+
+    def delete(self, session_id: str) -> bool:
+        """Remove transcript, steers and record in one transaction; ``True`` if the session existed."""
+        key = encode_text(check_session_id(session_id))
+        with self._errors("delete", session_id), self._transaction() as db:
+            removed = sum(db.execute(sql, (key,)).rowcount for sql in _DELETE_SESSION)
+        self._known.forget(session_id)
+        return removed > 0
+
+    def cancel(self, session_id: str) -> bool:
+        """Ask the live run holding the session to stop; ``False``, writing nothing, when none holds it."""
+        key = encode_text(check_session_id(session_id))
+        with self._errors("cancel the run", session_id):
+            return self._connection().execute(_CANCEL, (key, _now())).rowcount > 0
+
+    def fork(self, session_id: str, new_id: str, *, at: int | None = None) -> None:
+        """Copy the first ``at`` messages into a new, idle session with no steers, in one transaction."""
+        key, new_key = encode_text(check_session_id(session_id)), encode_text(check_session_id(new_id))
+        with self._errors("fork", session_id), self._transaction() as db:
+            row = db.execute(_SELECT_SESSION, (key,)).fetchone()
+            length = check_fork_at(at, row[1] if row else 0)
+            try:
+                db.execute(_FORK_RECORD, (new_key, new_revision(), length, _now()))
+            except sqlite3.IntegrityError:
+                raise ConflictError(f"cannot fork into session {new_id!r:.80}: it exists") from None
+            db.execute(_COPY_MESSAGES, (new_key, key, length))
+
+    # --- Holding a run ---------------------------------------------------------------------
+
+    def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
+        """Hold the session for a run, taking over a stalled one; busy while another lease is live."""
+        session_id, replica, lease = arguments.claim(session_id, replica, lease)
+        key = encode_text(session_id)
+        with self._errors("claim", session_id), self._transaction() as db:
+            now = _now()
+            run_state, expires, holder = _hold(db, key)
+            if _state(run_state, expires, now, session_id) is RunState.RUNNING:
+                raise busy(session_id, values.text(holder), _datetime(expires))
+            [(token,)] = db.execute(_NEXT_TOKEN).fetchall()
+            db.execute(_CLAIM, (token, encode_text(replica), lease, now + values.span(lease), key))
+        return Claim(session_id, token, replica, lease)
+
+    def peek_steers(self, session_id: str) -> list[Steer]:
+        """The waiting steers, oldest first, left in place."""
+        key = encode_text(check_session_id(session_id))
+        with self._errors("read the steers", session_id):
+            rows = self._connection().execute(_PEEK_STEERS, (key,)).fetchall()
+        return [Steer(seq, decode_text(text)) for seq, text in rows]
+
+    def save_run(
+        self,
+        claim: Claim,
+        messages: Sequence[Message],
+        *,
+        taken: Sequence[int] = (),
+        end: RunState | None = None,
+        unless_steered: bool = False,
+    ) -> Progress:
+        """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``."""
+        call = arguments.save_run(claim, taken, end, unless_steered)
+        plan, ending = plan_save(self._known, claim.session_id, messages), call.end
+        revision, key = new_revision(), encode_text(claim.session_id)
+        with self._errors("save the run", claim.session_id), self._transaction() as db:
+            row = db.execute(_SELECT_RUN, (key,)).fetchone()
+            if row is None or row[2] != claim.token or row[3] != RunState.RUNNING:
+                raise superseded(claim)
+            db.executemany(_DELETE_STEER, [(key, seq) for seq in call.taken])
+            _write_messages(db, key, plan, row[:2])
+            pending = db.execute(_PEEK_STEERS, (key,)).fetchall() if ending and call.unless_steered else []
+            release, now = None if pending else ending, _now()
+            state, cancel = (RunState.RUNNING.value, row[5]) if release is None else (release.value, 0)
+            db.execute(_SAVE_RUN, (revision, len(plan.messages), now, now + values.span(row[4]), state, cancel, key))
+        self._known.remember(claim.session_id, revision, plan.messages)
+        if release is not None:
+            return Progress()
+        return Progress(bool(cancel), tuple(Steer(seq, decode_text(text)) for seq, text in pending))
+
+    def renew(self, claims: Sequence[Claim]) -> Renewal:
+        """Extend each claim's lease, all in one transaction; report the claims lost and those asked to cancel."""
+        claims = arguments.renew(claims)
+        if not claims:
+            return Renewal()
+        lost, cancelling = set(), set()
+        with self._errors("renew the leases"), self._transaction() as db:
+            now = _now()
+            for claim in claims:
+                rows = db.execute(_RENEW, (now, encode_text(claim.session_id), claim.token)).fetchall()
+                if not rows:
+                    lost.add(claim)
+                elif rows[0][0]:
+                    cancelling.add(claim)
+        return Renewal(frozenset(lost), frozenset(cancelling))
+
+    # --- Connections and transactions ------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the calling thread's connection (others close when their threads end)."""
+        connection = getattr(self._local, "connection", None)
+        if connection is not None:
+            connection.close()
+            self._local.connection = None
+
+    def _listing(self, where: str, before: int, never_saved: bool) -> Iterator[SessionInfo]:
+        name, saved = f"SQLite store {self.path!r}", _SAVED_BELOW + where
+        yield from pages(
+            functools.partial(self._page, saved, saved, {"updated": before, "id": b""}), _after, name, PAGE_SIZE
+        )
+        if never_saved:  # updated_before excludes the never-saved records
+            never = functools.partial(self._page, _NEVER_SAVED + where, _NEVER_SAVED_BELOW + where, {})
+            yield from pages(never, _after, name, PAGE_SIZE)
+
+    def _page(self, first: str, then: str, start: dict[str, Any], bound: dict[str, Any] | None) -> Page[Any]:
+        where, bound = (first, start) if bound is None else (then, bound)
+        # A page's `now` decides both the state filter and the states reported, so they agree.
+        now = _now()
+        with self._errors("list the sessions"):
+            rows = self._connection().execute(_PAGE.format(where=where), {**bound, "now": now}).fetchall()
+        return rows, functools.partial(_info, now=now)
+
+    def _connection(self) -> sqlite3.Connection:
+        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is None or self._pid != os.getpid():
+            # A connection must not cross a fork; the child opens its own.
+            self._pid = os.getpid()
+            connection = sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None)
+            # 8 KiB pages hold kilobyte messages with little left over (1.23x the message text;
+            # 16 KiB 1.21x, 4 KiB 1.38x) while a small file's seven tables and indexes take a
+            # page each. It only takes on a new file.
+            connection.execute("PRAGMA page_size = 8192")
+            connection.execute("PRAGMA journal_mode = WAL")
+            connection.execute(f"PRAGMA synchronous = {'FULL' if self.durable else 'NORMAL'}")
+            self._local.connection = connection
+        return connection
+
+    @contextmanager
+    def _transaction(self, begin: str = "BEGIN IMMEDIATE") -> Iterator[sqlite3.Connection]:
+        db = self._connection()
+        db.execute(begin)
+        try:
+            yield db
+            db.execute("COMMIT")
+        except BaseException:
+            # Also when COMMIT itself failed (SQLITE_BUSY waiting for readers to leave a file in
+            # rollback-journal mode, say): the transaction is still open then, and the thread's
+            # next BEGIN would fail with "cannot start a transaction within a transaction".
+            self._roll_back(db)
+            raise
+
+    def _roll_back(self, db: sqlite3.Connection) -> None:
+        if not db.in_transaction:  # some errors (SQLITE_FULL, SQLITE_IOERR) roll back by themselves
+            return
+        try:
+            db.execute("ROLLBACK")
+        except sqlite3.Error:
+            # A connection that cannot get out of its transaction is of no more use: the
+            # thread's next call opens a new one.
+            with suppress(sqlite3.Error):
+                db.close()
+            self._local.connection = None
+
+    def _errors(self, action: str, session_id: str = "") -> AbstractContextManager[None]:
+        return translated(sqlite3.Error, f"SQLite store {self.path!r}", action, session_id, known=self._known)
+
+
+def _write_messages(db: sqlite3.Connection, key: bytes, plan: SavePlan, stored: Sequence[int] | None) -> None:
+    """Write the rows of ``plan`` after those already right; ``stored`` is the record's (revision, length)."""
+    keep = plan.rows_to_keep(stored[0] if stored else None)
+    if stored and stored[1] > keep:
+        db.execute(_DELETE_MESSAGES_FROM, (key, keep))
+    db.executemany(_INSERT_MESSAGE, plan.rows(key, keep))
+
+
+def _where(states: frozenset[RunState] | None) -> str:
+    """The listing's state filter as SQL; sorted, so one filter is one SQL text and its statement is reused."""
+    if states is None:
+        return ""
+    return " AND (" + (" OR ".join(sorted(_STATE_SQL[state] for state in states)) or "0") + ")"
+
+
+def _hold(db: sqlite3.Connection, key: bytes) -> tuple[str | None, int | None, bytes | None]:
+    """The record's run_state, lease_expires_at and holder, making the record if it has none."""
+    db.execute(_CREATE_RECORD, (key, new_revision()))
+    run_state, expires, holder = db.execute(_SELECT_HOLD, (key,)).fetchone()
+    return run_state, expires, holder
+
+
+def _info(row: Sequence[Any], now: int) -> SessionInfo:
+    key, length, updated, run_state, holder, expires, cancel, pending = row
+    session_id = decode_text(key)
+    return SessionInfo(
+        session_id,
+        length,
+        _datetime(updated),
+        _state(run_state, expires, now, session_id),
+        values.text(holder),
+        _datetime(expires),
+        pending,
+        bool(cancel),
+    )
+
+
+def _after(row: Sequence[Any]) -> dict[str, Any]:
+    return {"updated": row[2], "id": row[0]}
+
+
+def _state(run_state: str | None, expires: int | None, now: int, session_id: str = "") -> RunState:
+    return derive_state(run_state, _datetime(expires), values.moment(now), session_id)
+
+
+def _now() -> int:
+    return values.micros(utcnow())
+
+
+def _datetime(stored: int | None) -> datetime.datetime | None:
+    return None if stored is None else values.moment(stored)
+
+
+def open(path: str | os.PathLike[str] | Path, *, timeout: float = 10.0, durable: bool = False) -> SQLiteStore:
+    """Open (creating if needed) the SQLite store at ``path``; ``durable=True`` fsyncs each commit (see SQLiteStore)."""
+    return SQLiteStore(path, timeout=timeout, durable=durable)

@@ -1,0 +1,400 @@
+"""The console over real HTTP (waitress on a free port): who gets in, what a page may contain, the actions.
+
+Sessions are saved straight into a SQLite store (and one made by a real run); every request
+goes through a socket to the server, as a browser's would.
+"""
+
+from __future__ import annotations
+
+from tests.support.servers import skip_without
+
+skip_without("waitress", extra="console")  # before the imports that need them
+
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import parse_qs, quote, urlsplit
+
+import pytest
+import requests
+
+import agentsessions as agent
+from agentsessions.console._guard import SECURITY_HEADERS
+from agentsessions.endpoints import ScriptedEndpoint
+from agentsessions.loop import IN_DOUBT
+from agentsessions.messages import Content, ContentType, Message, Role
+from agentsessions.stores import sqlite
+from tests.support.console_server import TOKEN, served, sqlite_store
+from tests.support.servers import POSTGRES_DSN, require_server
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+EVIL = "<script>alert(1)</script>"
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII="
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[sqlite.SQLiteStore]:
+    with sqlite_store(tmp_path) as opened:
+        yield opened
+
+
+@pytest.fixture
+def base(store: sqlite.SQLiteStore) -> Iterator[str]:
+    with served(store) as url:
+        yield url
+
+
+def get(url: str, **options: object) -> requests.Response:
+    return requests.get(url, headers=AUTH, allow_redirects=False, timeout=10, **options)  # type: ignore[arg-type]
+
+
+def csrf(page: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found, page
+    return found.group(1)
+
+
+def post(base: str, action: str, session_id: str, token: str = "", **fields: str) -> requests.Response:
+    token = token or csrf(get(f"{base}/session?id={quote(session_id, safe='')}").text)
+    data = {"csrf": token, "id": session_id, **fields}
+    return requests.post(f"{base}/{action}", data=data, headers=AUTH, allow_redirects=False, timeout=10)
+
+
+def hostile(store: sqlite.SQLiteStore, session_id: str = f"id{EVIL}") -> str:
+    """A session whose every block carries markup, as untrusted model and tool output may."""
+    store.save(
+        session_id,
+        [
+            Message.user(f"text {EVIL}", Content.image(media_type="image/png", data=PNG)),
+            Message(
+                Role.ASSISTANT,
+                (
+                    Content.thinking(f"thought {EVIL}", "sig"),
+                    Content.redacted_thinking("opaque"),
+                    Content.tool_use("c1", f"tool{EVIL}", f'{{"q": "{EVIL}"}}'),
+                ),
+            ),
+            Message(
+                Role.USER,
+                (
+                    Content.tool_result("c1", f"result {EVIL}", is_error=True),
+                    Content(ContentType.IMAGE, url=f"javascript:alert(1)//{EVIL}", tool_use_id="c1"),
+                    Content.image(media_type="text/html", data="PHNjcmlwdD4="),
+                    Content.document(media_type="application/pdf", data="JVBERi0=", name=f"doc{EVIL}"),
+                ),
+            ),
+            Message(Role.ASSISTANT, (Content.raw("anthropic", f'{{"type": "{EVIL}"}}', text=f"cited {EVIL}"),)),
+        ],
+    )
+    store.add_steer(session_id, f"steer {EVIL}")
+    return session_id
+
+
+# --- Who gets in ----------------------------------------------------------------------------
+
+
+def test_every_request_needs_the_token_and_a_refusal_says_nothing(base: str, store: sqlite.SQLiteStore) -> None:
+    hostile(store)
+    paths = ["/", "/session?id=x", "/session/poll?id=x&from=0&v=", "/delete?id=x", "/static/console.js", "/nope"]
+    for path in paths:
+        for headers in (
+            {},
+            {"Authorization": "Bearer wrong"},
+            {"Authorization": TOKEN},
+            {"Cookie": "agentsessions_console=x"},
+        ):
+            refused = requests.get(base + path, headers=headers, allow_redirects=False, timeout=10)
+            assert refused.status_code == 401, (path, headers)
+            assert refused.text == "401 Unauthorized\n" and "Set-Cookie" not in refused.headers
+    wrong = requests.get(f"{base}/?token=wrong", allow_redirects=False, timeout=10)
+    assert wrong.status_code == 401 and "Set-Cookie" not in wrong.headers
+    for action in ("steer", "cancel", "fork", "delete"):
+        assert requests.post(f"{base}/{action}", data={"id": "x"}, timeout=10).status_code == 401
+    assert get(f"{base}/").status_code == 200
+
+
+def test_the_token_in_the_address_sets_a_strict_cookie_and_leaves_the_address(base: str) -> None:
+    browser = requests.Session()
+    opened = browser.get(f"{base}/?state=idle&token={TOKEN}", allow_redirects=False, timeout=10)
+    assert opened.status_code == 303 and opened.headers["Location"] == "/?state=idle"
+    cookie = opened.headers["Set-Cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie and TOKEN not in cookie
+    assert browser.get(f"{base}/", allow_redirects=False, timeout=10).status_code == 200
+    assert browser.get(f"{base}/static/console.css", timeout=10).status_code == 200
+    elsewhere = requests.get(f"{base}//evil.example/?token={TOKEN}", allow_redirects=False, timeout=10)
+    assert elsewhere.headers["Location"] == "/evil.example/"  # never //evil.example: no open redirect
+
+
+def test_every_response_carries_the_security_headers(base: str, store: sqlite.SQLiteStore) -> None:
+    session_id = hostile(store)
+    responses = [
+        requests.get(f"{base}/", timeout=10),
+        get(f"{base}/"),
+        get(f"{base}/session?id={quote(session_id, safe='')}"),
+        get(f"{base}/session?id=missing"),
+        get(f"{base}/static/console.js"),
+    ]
+    csp = responses[0].headers["Content-Security-Policy"]
+    for part in ("default-src 'none'", "script-src 'self'", "style-src 'self'", "img-src 'self' data:"):
+        assert part in csp
+    assert "form-action 'self'" in csp and "frame-ancestors 'none'" in csp and "unsafe" not in csp
+    for response in responses:
+        for name, value in SECURITY_HEADERS:
+            assert response.headers[name] == value
+    assert responses[3].status_code == 404
+    assert responses[4].headers["Content-Type"].startswith("text/javascript")
+
+
+def test_the_default_address_is_loopback() -> None:
+    from agentsessions.cli import parser
+    from agentsessions.console._serve import DEFAULT_BIND, parse_bind
+
+    assert parser().parse_args(["console"]).bind == DEFAULT_BIND
+    assert parse_bind(DEFAULT_BIND).loopback and parse_bind("[::1]:0").loopback
+    assert not parse_bind("0.0.0.0:80").loopback
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        parse_bind("8700")
+
+
+def test_a_wildcard_bind_prints_addresses_others_can_open(tmp_path: Path) -> None:
+    from agentsessions.console._serve import Bind, hosts_to_open
+
+    sqlite.open(tmp_path / "console.db").close()
+    url = f"sqlite://{tmp_path / 'console.db'}"
+    command = [sys.executable, "-m", "agentsessions", "console", "--store", url, "--bind", "0.0.0.0:0"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        try:
+            assert process.stdout is not None
+            process.stdout.readline()  # the store
+            lines = [process.stdout.readline() for _ in hosts_to_open(Bind("0.0.0.0", 0))]
+            # Each address (the name's resolution is the network's business) opens the console.
+            for link in [line.split()[-1] for line in lines[1:]]:
+                opened = requests.Session().get(link, timeout=10)
+                assert opened.status_code == 200 and "Sessions" in opened.text, link
+        finally:
+            process.terminate()
+            _, errors = process.communicate(timeout=10)
+    assert lines[0].startswith("open http://") and all(line.startswith("  or http://") for line in lines[1:])
+    links = [line.split()[-1] for line in lines]
+    hosts = [urlsplit(link).hostname for link in links]
+    assert "0.0.0.0" not in hosts and hosts[0] == socket.gethostname()
+    assert len({parse_qs(urlsplit(link).query)["token"][0] for link in links}) == 1
+    assert "beyond this machine, over plain HTTP" in errors
+
+
+# --- What a page may contain --------------------------------------------------------------
+
+
+def test_a_transcript_full_of_markup_stays_text(base: str, store: sqlite.SQLiteStore) -> None:
+    session_id = hostile(store)
+    page = get(f"{base}/session?id={quote(session_id, safe='')}").text
+    listing = get(f"{base}/").text
+    for text in (page, listing):
+        assert "<script>alert" not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+        # The only scripts are the console's own file; no inline script or style anywhere.
+        assert re.findall(r"<script[^>]*>", text) == ['<script src="/static/console.js" defer>']
+        assert " style=" not in text and "<style" not in text and " on" not in re.sub(r">[^<]*<", "><", text)
+    assert page.count("&lt;script&gt;") >= 9  # text, thinking, tool name and input, result, doc, raw, steer, id
+    assert "<details" in page and "thought &lt;script&gt;" in page  # thinking folded
+    assert 'class="tool-result error"' in page and "redacted thinking (6 characters" in page
+    assert f'src="data:image/png;base64,{PNG}"' in page  # an image/* with base64 data: shown
+    assert "data:text/html" not in page and "javascript:" not in re.sub(r"<code>[^<]*</code>", "", page)
+    assert '<ol class="steers"><li>steer &lt;script&gt;alert(1)&lt;/script&gt;</li></ol>' in page
+
+
+def test_the_script_polls_for_new_messages(base: str, store: sqlite.SQLiteStore) -> None:
+    store.save("grows", [Message.user("one")])
+    page = get(f"{base}/session?id=grows").text
+    version = re.search(r'data-version="([^"]+)"', page)
+    assert version and 'data-length="1"' in page
+    same = get(f"{base}/session/poll?id=grows&from=1&v={quote(version.group(1))}").json()
+    assert "messages" not in same and same["gone"] is False and "idle" in same["status"]
+    store.save("grows", [Message.user("one"), Message.assistant(f"two {EVIL}")])
+    grown = get(f"{base}/session/poll?id=grows&from=1&v={quote(version.group(1))}").json()
+    assert grown["start"] == 0 and grown["length"] == 2 and 'id="m1"' in grown["messages"]
+    assert "two &lt;script&gt;" in grown["messages"] and EVIL not in grown["messages"]
+    store.delete("grows")
+    assert get(f"{base}/session/poll?id=grows&from=2&v=x").json()["gone"] is True
+
+
+@pytest.mark.server
+def test_no_store_password_on_any_page(tmp_path: Path) -> None:
+    """The command over PostgreSQL with a password in the URL: its output and pages never show it."""
+    from tests.support.backends import scratch_postgres
+
+    secret = "Hunter2-S3cr3t-console"
+    with require_server("PostgreSQL", lambda: scratch_postgres(POSTGRES_DSN)) as opener:
+        schema = opener.args[1]  # type: ignore[attr-defined]
+        url = f"postgresql://postgres:{secret}@127.0.0.1:5432/test?options=-csearch_path%3D{schema}"
+        command = [sys.executable, "-m", "agentsessions", "console", "--store", url, "--bind", "127.0.0.1:0"]
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+            try:
+                assert process.stdout is not None
+                shown, address = process.stdout.readline(), process.stdout.readline()
+                assert secret not in shown and "postgres:***@127.0.0.1" in shown, shown
+                link = address.split()[-1]
+                assert urlsplit(link).hostname == "127.0.0.1"
+                token = parse_qs(urlsplit(link).query)["token"][0]
+                assert len(token) >= 40
+                browser = requests.Session()
+                pages = [browser.get(link, timeout=10), browser.get(link.split("?")[0] + "delete?id=x", timeout=10)]
+                assert pages[0].status_code == 200 and "Sessions" in pages[0].text
+                assert all(secret not in page.text for page in pages)
+            finally:
+                process.terminate()
+                _, errors = process.communicate(timeout=10)
+        assert secret not in errors
+
+
+# --- The list ---------------------------------------------------------------------------------
+
+
+def test_the_list_pages_through_every_session_once_newest_first(base: str, store: sqlite.SQLiteStore) -> None:
+    for i in range(120):
+        store.save(f"s{i:03}", [Message.user(f"m{i}")])
+    seen: list[str] = []
+    url: str | None = f"{base}/"
+    while url is not None:
+        page = get(url).text
+        seen += re.findall(r'<a href="/session\?id=([^"]+)">', page)
+        found = re.search(r'<a class="next" href="([^"]+)">', page)
+        url = base + found.group(1).replace("&amp;", "&") if found else None
+    assert seen == [info.id for info in store.sessions()] and len(set(seen)) == 120
+    assert seen[0] == "s119" and seen[-1] == "s000"
+    assert 'all <span class="count">120</span>' in get(f"{base}/").text
+
+
+def test_the_list_filters_by_state(base: str, store: sqlite.SQLiteStore) -> None:
+    store.save("idle-one", [Message.user("x")])
+    session = agent.open("finished-one", store)
+    spec = agent.Spec(pattern=agent.Pattern.REACT, max_steps=4, session=session)
+    agent.Runner().run(spec, [Message.user("hi")], ScriptedEndpoint([Message.assistant("hello")]))
+    finished = get(f"{base}/?state=finished").text
+    assert "finished-one" in finished and "idle-one" not in finished
+    both = get(f"{base}/?state=finished&state=idle").text
+    assert "finished-one" in both and "idle-one" in both
+    assert 'finished <span class="count">1</span>' in both
+    assert get(f"{base}/?state=bogus").status_code == 400
+
+
+# --- Actions ----------------------------------------------------------------------------------
+
+
+def test_a_post_without_the_csrf_token_or_from_another_site_is_refused(base: str, store: sqlite.SQLiteStore) -> None:
+    store.save("target", [Message.user("x")])
+    token = csrf(get(f"{base}/session?id=target").text)
+    form = {"id": "target", "text": "injected"}
+    attempts = [
+        ({}, form),
+        ({}, {**form, "csrf": "0" * 64}),
+        ({"Origin": "http://evil.example"}, {**form, "csrf": token}),
+        ({"Origin": "null"}, {**form, "csrf": token}),
+        ({"Sec-Fetch-Site": "cross-site"}, {**form, "csrf": token}),
+        ({"Sec-Fetch-Site": "same-site"}, {**form, "csrf": token}),
+    ]
+    for headers, data in attempts:
+        refused = requests.post(f"{base}/steer", data=data, headers={**AUTH, **headers}, timeout=10)
+        assert refused.status_code == 403, headers
+    assert store.peek_steers("target") == []
+    own = {"Origin": base, "Sec-Fetch-Site": "same-origin"}
+    done = requests.post(
+        f"{base}/steer", data={**form, "csrf": token}, headers={**AUTH, **own}, allow_redirects=False, timeout=10
+    )
+    assert done.status_code == 303 and [s.text for s in store.peek_steers("target")] == ["injected"]
+
+
+def test_steer_cancel_fork_and_delete_go_through_the_store(base: str, store: sqlite.SQLiteStore) -> None:
+    store.save("work", [Message.user("a"), Message.assistant("b"), Message.user("c")])
+    token = csrf(get(f"{base}/session?id=work").text)
+    steered = post(base, "steer", "work", text="look again")
+    assert steered.status_code == 303 and "notice=steer-waits" in steered.headers["Location"]
+    assert [s.text for s in store.peek_steers("work")] == ["look again"]
+    cancelled = post(base, "cancel", "work")
+    assert "notice=no-run" in cancelled.headers["Location"]
+    assert "No live run holds this session" in get(base + cancelled.headers["Location"].removeprefix("")).text
+    forked = post(base, "fork", "work", new="work-2", at="2")
+    assert forked.headers["Location"] == "/session?id=work-2&notice=forked"
+    assert store.messages("work-2") == store.messages("work")[:2]
+    again = post(base, "fork", "work", new="work-2", at="1")
+    assert again.status_code == 409 and "work-2" in again.text
+    assert post(base, "fork", "work", new="w3", at="9").status_code == 400
+    confirm = get(f"{base}/delete?id=work")
+    assert confirm.status_code == 200 and "cannot be undone" in confirm.text and store.info("work").length == 3
+    deleted = post(base, "delete", "work")
+    assert deleted.headers["Location"] == "/?notice=deleted" and store.info("work").length == 0
+    assert post(base, "delete", "work-2").status_code == 303
+    assert post(base, "steer", "missing", token, text="x").status_code == 404
+    assert store.peek_steers("missing") == []
+    assert get(f"{base}/session?id=missing").status_code == 404
+
+
+def test_mounted_under_a_prefix_links_and_cookie_follow_it(store: sqlite.SQLiteStore) -> None:
+    store.save("p", [Message.user("x")])
+    with served(store, prefix="/ops/console") as base:
+        opened = requests.get(f"{base}/?token={TOKEN}", allow_redirects=False, timeout=10)
+        assert opened.headers["Location"] == "/ops/console/" and "Path=/ops/console;" in opened.headers["Set-Cookie"]
+        page = get(f"{base}/").text
+        assert 'href="/ops/console/session?id=p"' in page and 'src="/ops/console/static/console.js"' in page
+        form = get(f"{base}/session?id=p").text
+        assert 'action="/ops/console/steer"' in form
+
+
+def test_any_session_id_round_trips_through_links_and_forms(base: str, store: sqlite.SQLiteStore) -> None:
+    odd = "support/ünïcode 🙂?&id=other#x"
+    store.save(odd, [Message.user("x")])
+    listing = get(f"{base}/").text
+    link = re.search(r'<a href="(/session\?id=[^"]+)">', listing)
+    assert link and get(base + link.group(1).replace("&amp;", "&")).status_code == 200
+    steered = post(base, "steer", odd, text="hello")
+    assert steered.status_code == 303 and [s.text for s in store.peek_steers(odd)] == ["hello"]
+    assert post(base, "steer", odd, text="   ").status_code == 400
+    assert get(base + steered.headers["Location"]).status_code == 200
+
+
+# --- What the session page offers, as the session changes ------------------------------------
+
+
+def test_waiting_steers_are_listed_in_order_by_their_text_not_by_store_numbers(
+    base: str, store: sqlite.SQLiteStore
+) -> None:
+    store.save("queue", [Message.user("a")])
+    for text in ("first", "second"):
+        store.add_steer("queue", text)
+    for status in (
+        get(f"{base}/session?id=queue").text,
+        get(f"{base}/session/poll?id=queue&from=1&v=x").json()["status"],
+    ):
+        assert '<ol class="steers"><li>first</li><li>second</li></ol>' in status
+        assert not re.search(r"\[\d+\]", status)  # no store sequence number anywhere
+
+
+def test_cancel_is_offered_only_while_a_run_holds_the_session(base: str, store: sqlite.SQLiteStore) -> None:
+    store.save("ended", [Message.user("a"), Message.assistant("b")])
+    assert '<form method="post" action="/cancel" id="cancel" hidden>' in get(f"{base}/session?id=ended").text
+    claim = store.claim("held", replica="replica-a", lease=30)
+    page = get(f"{base}/session?id=held").text
+    assert '<form method="post" action="/cancel" id="cancel">' in page
+    assert "<dt>now</dt>" in page  # what the run is doing, while one holds it
+    assert get(f"{base}/session/poll?id=held&from=0&v=x").json()["state"] == "running"
+    store.save_run(claim, [Message.user("a")], end=agent.RunState.FINISHED)
+    assert get(f"{base}/session/poll?id=held&from=0&v=x").json()["state"] == "finished"
+    assert '<form method="post" action="/cancel" id="cancel" hidden>' in get(f"{base}/session?id=held").text
+
+
+def test_a_journal_call_in_the_last_message_is_marked_as_possibly_under_way(
+    base: str, store: sqlite.SQLiteStore
+) -> None:
+    doubt = Content.tool_result("c2", IN_DOUBT, is_error=True)
+    calls = Message(Role.ASSISTANT, (Content.tool_use("c1", "fetch", "{}"), Content.tool_use("c2", "send", "{}")))
+    store.save("journal", [Message.user("go"), calls, Message(Role.USER, (Content.tool_result("c1", "ok"), doubt))])
+    page = get(f"{base}/session?id=journal").text
+    (marked,) = re.findall(r'<div class="tool-result error in-doubt" data-tool="([^"]*)">', page)
+    assert marked == "send"
+    assert "send is running; its result shows here when it returns" in page  # shown while a run holds it
+    assert 'data-state="idle"' in page  # and the stylesheet shows the in-doubt side instead
+    # Once the transcript moves on, the mark is a call in doubt, never one under way.
+    store.save("journal", [*store.messages("journal"), Message.assistant("sent, maybe")])
+    assert "in-doubt" not in get(f"{base}/session?id=journal").text

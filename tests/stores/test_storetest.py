@@ -1,0 +1,442 @@
+"""The conformance suite passes the memory store and fails stores that break the contract."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import functools
+import itertools
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Collection, Iterator, Sequence
+from typing import Any
+
+import attrs
+import pytest
+
+from agentsessions.errors import SessionBusyError
+from agentsessions.messages import Message, check_transcript
+from agentsessions.runs import Claim, Progress, RunState, SessionInfo, check_updated_before, state_filter, utcnow
+from agentsessions.session import RunStore, Store, check_fork_at, check_session_id, check_steer
+from agentsessions.stores.memory import MemoryStore
+from agentsessions.testing import storetest
+
+pytestmark = pytest.mark.slow  # whole conformance suites
+
+EXAMPLES = 10  # enough for every broken store below to be caught, and quick
+
+
+class DictStore:
+    """A plain, correct store over dicts with a hook for how ids become keys; the base of the broken ones."""
+
+    def __init__(self, shared_with: DictStore | None = None) -> None:
+        self.lock: threading.Lock = threading.Lock() if shared_with is None else shared_with.lock
+        self.transcripts: dict[object, list[Message]] = {} if shared_with is None else shared_with.transcripts
+        self.steers: dict[object, list[str]] = {} if shared_with is None else shared_with.steers
+
+    def key(self, session_id: str) -> object:
+        """The dict key for ``session_id``."""
+        return check_session_id(session_id)
+
+    def save(self, session_id: str, messages: Sequence[Message]) -> None:
+        """Keep a copy of ``messages``."""
+        key, transcript = self.key(session_id), list(check_transcript(messages))
+        with self.lock:
+            self.transcripts[key] = transcript
+
+    def messages(self, session_id: str) -> list[Message]:
+        """A copy of the transcript."""
+        key = self.key(session_id)
+        with self.lock:
+            return list(self.transcripts.get(key, []))
+
+    def add_steer(self, session_id: str, text: str) -> None:
+        """Append a steer."""
+        key, text = self.key(session_id), check_steer(text)
+        with self.lock:
+            self.steers.setdefault(key, []).append(text)
+
+    def take_steers(self, session_id: str) -> list[str]:
+        """Remove and return the steers."""
+        key = self.key(session_id)
+        with self.lock:
+            return self.steers.pop(key, [])
+
+
+class TrustsWhatItLastSaved(DictStore):
+    """Writes only what differs from what this object last saved, though another may have written since."""
+
+    def __init__(self, shared_with: DictStore) -> None:
+        super().__init__(shared_with)
+        self.last_saved: dict[object, list[Message]] = {}
+
+    def save(self, session_id: str, messages: Sequence[Message]) -> None:
+        """Keep the stored prefix this object wrote; replace the rest."""
+        key, new = self.key(session_id), list(check_transcript(messages))
+        old = self.last_saved.get(key, [])
+        keep = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))
+        with self.lock:
+            self.transcripts[key] = self.transcripts.get(key, [])[:keep] + new[keep:]
+        self.last_saved[key] = new
+
+
+class DropsEveryThirdSteer(DictStore):
+    """Loses a steer now and then."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.added = itertools.count(1)
+
+    def add_steer(self, session_id: str, text: str) -> None:
+        """Add two steers of every three."""
+        self.key(session_id), check_steer(text)
+        if next(self.added) % 3:
+            super().add_steer(session_id, text)
+
+
+class TakesWithoutRemoving(DictStore):
+    """Hands the same steers to every taker."""
+
+    def take_steers(self, session_id: str) -> list[str]:
+        """Return the steers and leave them there."""
+        with self.lock:
+            return list(self.steers.get(self.key(session_id), []))
+
+
+class SortsJsonKeys(DictStore):
+    """Rewrites tool arguments the way jsonb and MySQL JSON columns do."""
+
+    def save(self, session_id: str, messages: Sequence[Message]) -> None:
+        """Save with every JSON tool input re-serialised with sorted keys."""
+        super().save(session_id, [self.rewrite(m) for m in check_transcript(messages)])
+
+    @staticmethod
+    def rewrite(message: Message) -> Message:
+        """``message`` with its JSON inputs normalised."""
+        content = []
+        for block in message.content:
+            with contextlib.suppress(ValueError):
+                block = attrs.evolve(block, input=json.dumps(json.loads(block.input), sort_keys=True))
+            content.append(block)
+        return Message(message.role, content)
+
+
+class LeaksBetweenIds(DictStore):
+    """Files sessions under a key that several ids share."""
+
+    def __init__(self, fold: Callable[[str], str]) -> None:
+        super().__init__()
+        self.fold = fold
+
+    def key(self, session_id: str) -> object:
+        """The folded id."""
+        return self.fold(check_session_id(session_id))
+
+
+class AcceptsAnyId(DictStore):
+    """Takes whatever id it is given."""
+
+    def key(self, session_id: str) -> object:
+        """``session_id`` unchecked."""
+        return repr(session_id)
+
+
+class NotAtomicForReaders(DictStore):
+    """Rewrites the stored list in place, one message at a time, where readers can see it."""
+
+    def save(self, session_id: str, messages: Sequence[Message]) -> None:
+        """Empty the stored list, then append the messages one by one."""
+        key, transcript = self.key(session_id), check_transcript(messages)
+        stored = self.transcripts.setdefault(key, [])
+        stored.clear()
+        for message in transcript:
+            time.sleep(0)  # lets a reader run between two appends, as a second connection would
+            stored.append(message)
+
+    def messages(self, session_id: str) -> list[Message]:
+        """A copy of whatever the list holds right now."""
+        return list(self.transcripts.get(self.key(session_id), []))
+
+
+class SavesUntilABadMessage(DictStore):
+    """Writes messages one by one and stops at the first that is not a Message."""
+
+    def save(self, session_id: str, messages: Sequence[Message]) -> None:
+        """Save message by message; a bad one leaves the earlier ones stored."""
+        key = self.key(session_id)
+        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+            raise TypeError("not a sequence")
+        self.transcripts[key] = []
+        for message in messages:
+            check_transcript([message])
+            self.transcripts[key].append(message)
+
+
+class KeepsTheCallersList(DictStore):
+    """Stores the list it was given, not a copy."""
+
+    def save(self, session_id: str, messages: Sequence[Message]) -> None:
+        """Keep a reference to ``messages``."""
+        check_transcript(messages)
+        self.transcripts[self.key(session_id)] = messages  # type: ignore[assignment]
+
+
+class ReturnsItsOwnList(DictStore):
+    """Hands out the stored list itself."""
+
+    def messages(self, session_id: str) -> list[Message]:
+        """The stored list, not a copy."""
+        return self.transcripts.setdefault(self.key(session_id), [])
+
+
+class FailsOnUnknownSessions(DictStore):
+    """Raises for a session it has never seen."""
+
+    def messages(self, session_id: str) -> list[Message]:
+        """The transcript, or KeyError."""
+        return list(self.transcripts[self.key(session_id)])
+
+
+# --- Run stores that break the RunStore contract (each a MemoryStore with one mistake) ---------------
+
+
+class NeverBusy(MemoryStore):
+    """Lets a second run claim a session whose lease is live."""
+
+    def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
+        """Claim, ending the live lease first if there is one."""
+        with contextlib.suppress(SessionBusyError):
+            return super().claim(session_id, replica=replica, lease=lease)
+        self._sessions[session_id].lease_expires_at = utcnow()
+        return super().claim(session_id, replica=replica, lease=lease)
+
+
+class NoFencing(MemoryStore):
+    """Lets any claim save while some run holds the session, whatever its token."""
+
+    def save_run(self, claim: Claim, messages: Sequence[Message], **kwargs: object) -> Progress:
+        """Save as whoever holds the session now."""
+        valid = isinstance(claim, Claim) and type(claim.token) is int and 0 < claim.token < 2**63  # else: refused
+        entry = self._sessions.get(claim.session_id) if valid else None
+        if entry is not None and entry.run_state is RunState.RUNNING:
+            claim = attrs.evolve(claim, token=entry.token)
+        return super().save_run(claim, messages, **kwargs)  # type: ignore[arg-type]
+
+
+class TokensRestartAfterDelete(MemoryStore):
+    """Numbers claims per session, so a session deleted and made again reuses its tokens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.claims: Counter[str] = Counter()
+
+    def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
+        """Claim with the session's own count of claims as the token."""
+        claim = super().claim(session_id, replica=replica, lease=lease)
+        self.claims[session_id] += 1
+        self._sessions[session_id].token = self.claims[session_id]
+        return attrs.evolve(claim, token=self.claims[session_id])
+
+    def delete(self, session_id: str) -> bool:
+        """Delete, forgetting the count."""
+        self.claims.pop(session_id, None)
+        return super().delete(session_id)
+
+
+class PagesOnUpdatedAtOnly(MemoryStore):
+    """Lists in pages of 7 after the last ``updated_at`` seen, dropping the rest of a run of ties."""
+
+    def sessions(
+        self, *, state: RunState | Collection[RunState] | None = None, updated_before: object = None
+    ) -> Iterator[SessionInfo]:
+        """Check the arguments, then page lazily."""
+        state_filter(state), check_updated_before(updated_before)
+        return self.pages(state, updated_before)
+
+    def pages(self, state: RunState | Collection[RunState] | None, before: object) -> Iterator[SessionInfo]:
+        """Each page: the first 7 listed with an older ``updated_at`` than the last one yielded."""
+        never = datetime.datetime.min.replace(tzinfo=datetime.UTC)
+        last: SessionInfo | None = None
+        while True:
+            listed = super().sessions(state=state, updated_before=before)  # type: ignore[arg-type]
+            page = [i for i in listed if last is None or (i.updated_at or never) < (last.updated_at or never)][:7]
+            yield from page
+            if len(page) < 7:
+                return
+            last = page[-1]
+
+
+class ReleasesThoughSteered(MemoryStore):
+    """Releases the session even when steers arrived since the run last collected them."""
+
+    def save_run(self, claim: Claim, messages: Sequence[Message], **kwargs: object) -> Progress:
+        """Save, ignoring ``unless_steered``."""
+        kwargs.pop("unless_steered", None)
+        return super().save_run(claim, messages, **kwargs)  # type: ignore[arg-type]
+
+
+class IgnoresWhatIsNotASeq(MemoryStore):
+    """Deletes the ``taken`` steers it recognises and silently skips anything else in ``taken``."""
+
+    def save_run(self, claim: Claim, messages: Sequence[Message], **kwargs: Any) -> Progress:
+        """Save with ``taken`` filtered down to ints."""
+        taken = kwargs.pop("taken", ())
+        seqs = [seq for seq in taken if type(seq) is int and 0 <= seq < 2**63] if isinstance(taken, list) else []
+        return super().save_run(claim, messages, taken=seqs, **kwargs)
+
+
+class CancelsAnything(MemoryStore):
+    """Says a cancel reached a run even when no run holds the session."""
+
+    def cancel(self, session_id: str) -> bool:
+        """Cancel, and report success either way."""
+        super().cancel(session_id)
+        return True
+
+
+class ForksEverything(MemoryStore):
+    """Forks the whole transcript whatever ``at`` says."""
+
+    def fork(self, session_id: str, new_id: str, *, at: int | None = None) -> None:
+        """Fork, ignoring ``at`` once it is in range."""
+        length = len(self.messages(session_id))
+        check_fork_at(at, length)
+        super().fork(session_id, new_id)
+
+
+class ForksOverSessions(MemoryStore):
+    """Forks into an existing session by replacing it, instead of refusing."""
+
+    def fork(self, session_id: str, new_id: str, *, at: int | None = None) -> None:
+        """Fork, deleting whatever had the new id."""
+        self.delete(new_id)
+        super().fork(session_id, new_id, at=at)
+
+
+def test_memory_store_passes_and_reports_examples() -> None:
+    report = storetest.run(MemoryStore, max_examples=EXAMPLES)
+    assert tuple(report.examples) == storetest.PROPERTIES
+    assert report.skipped == ()
+    assert all(count >= 1 for count in report.examples.values()), report.examples
+    assert report.examples["the store agrees with a dict model"] >= EXAMPLES
+    assert report.examples["run states follow their transitions"] >= EXAMPLES
+    assert report.total == sum(report.examples.values())
+    assert report.seconds > 0
+    assert re.fullmatch(r"storetest: \d+ examples over 20 properties in \d+\.\d s", str(report))
+
+
+def test_a_store_with_only_the_seed_methods_skips_the_run_properties() -> None:
+    assert not isinstance(DictStore(), RunStore)
+    report = storetest.run(DictStore, max_examples=2)
+    skipped = (*storetest.RUN_PROPERTIES, storetest.FORK)
+    assert report.skipped == skipped
+    assert tuple(report.examples) == tuple(p for p in storetest.PROPERTIES if p not in skipped)
+    assert str(report).endswith(f"({len(skipped)} skipped for capabilities the store lacks)")
+
+
+def test_one_store_can_be_reused_across_runs() -> None:
+    store = MemoryStore()
+    for _ in range(2):
+        storetest.run(lambda: store, max_examples=2)
+
+
+def test_stores_over_the_same_data_are_used_as_replicas() -> None:
+    shared = DictStore()
+    assert storetest.run(lambda: DictStore(shared), max_examples=2).replicas
+    assert not storetest.run(DictStore, max_examples=2).replicas
+    assert not storetest.run(lambda: shared, max_examples=2).replicas
+
+
+def test_max_examples_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_examples"):
+        storetest.run(MemoryStore, max_examples=0)
+    with pytest.raises(ValueError, match="listing_sessions"):
+        storetest.run(MemoryStore, listing_sessions=1)
+
+
+BROKEN = [
+    pytest.param("steers are taken exactly once", DropsEveryThirdSteer, id="drops-a-steer"),
+    pytest.param("steers are taken exactly once", TakesWithoutRemoving, id="takes-without-removing"),
+    pytest.param("strings are kept verbatim", SortsJsonKeys, id="sorts-json-keys"),
+    pytest.param("session ids never leak into each other", lambda: LeaksBetweenIds(str.lower), id="folds-case"),
+    pytest.param("session ids never leak into each other", lambda: LeaksBetweenIds(lambda i: i[:1]), id="first-char"),
+    pytest.param("session ids never leak into each other", lambda: LeaksBetweenIds(lambda i: i[:200]), id="cuts-ids"),
+    pytest.param("session ids never leak into each other", lambda: LeaksBetweenIds(str.rstrip), id="pads-spaces"),
+    pytest.param("bad input is rejected and stores nothing", AcceptsAnyId, id="accepts-any-id"),
+    pytest.param("bad input is rejected and stores nothing", SavesUntilABadMessage, id="saves-part"),
+    pytest.param("readers never see a mixed transcript", NotAtomicForReaders, id="not-atomic"),
+    pytest.param("save replaces the transcript", KeepsTheCallersList, id="keeps-callers-list"),
+    pytest.param("save replaces the transcript", functools.partial(TrustsWhatItLastSaved, DictStore()), id="stale"),
+    pytest.param("messages() returns a new list", ReturnsItsOwnList, id="returns-own-list"),
+    pytest.param("unknown sessions are empty", FailsOnUnknownSessions, id="fails-on-unknown"),
+]
+
+# Each of these is told first by the property about its mistake, though others may fail too.
+BROKEN_RUNS = [
+    pytest.param("leases run out and stalled sessions are taken over", NeverBusy, id="never-busy"),
+    pytest.param("leases run out and stalled sessions are taken over", NoFencing, id="no-fencing"),
+    pytest.param("fencing tokens grow, also across delete", TokensRestartAfterDelete, id="tokens-restart"),
+    pytest.param("listing pages through every session once", PagesOnUpdatedAtOnly, id="drops-ties-across-pages"),
+    pytest.param("no steer is orphaned at release", ReleasesThoughSteered, id="releases-though-steered"),
+    pytest.param("cancel reaches the holder", CancelsAnything, id="cancels-when-idle"),
+    pytest.param(storetest.ARGUMENTS, IgnoresWhatIsNotASeq, id="ignores-bad-taken"),
+    pytest.param(storetest.FORK, ForksEverything, id="fork-ignores-at"),
+    pytest.param(storetest.FORK, ForksOverSessions, id="fork-replaces-a-session"),
+]
+
+
+@pytest.mark.parametrize(("prop", "factory"), BROKEN)
+def test_a_broken_store_fails_naming_the_property(prop: str, factory: Callable[[], Store]) -> None:
+    with pytest.raises(AssertionError, match=re.escape(repr(prop))) as caught:
+        storetest.run(factory, max_examples=EXAMPLES)
+    assert str(caught.value).startswith("storetest property '")
+    assert caught.value.__cause__ is not None
+
+
+@pytest.mark.parametrize(("prop", "factory"), BROKEN_RUNS)
+def test_a_broken_run_store_fails_naming_the_property_first(prop: str, factory: Callable[[], Store]) -> None:
+    with pytest.raises(AssertionError) as caught:
+        storetest.run(factory, max_examples=EXAMPLES, listing_sessions=40)
+    assert str(caught.value).startswith(f"storetest property {prop!r}: "), str(caught.value)
+    assert caught.value.__cause__ is not None
+
+
+def test_the_dict_store_the_broken_ones_build_on_passes() -> None:
+    storetest.run(DictStore, max_examples=EXAMPLES)
+
+
+def test_importing_the_package_does_not_import_hypothesis() -> None:
+    code = "import sys, agentsessions, agentsessions.stores.memory; assert 'hypothesis' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize(("prop", "factory"), BROKEN_RUNS[:3])
+def test_check_runs_the_one_property_and_names_it_when_it_fails(prop: str, factory: Callable[[], Store]) -> None:
+    with pytest.raises(AssertionError, match=f"^storetest property {re.escape(repr(prop))}: "):
+        storetest.check(prop, factory, max_examples=EXAMPLES, listing_sessions=40)
+    others = [name for name in storetest.properties() if name != prop and name not in storetest.RUN_PROPERTIES]
+    report = storetest.check(others[0], factory, max_examples=EXAMPLES)  # the other properties still hold
+    assert tuple(report.examples) == (others[0],)
+
+
+def test_check_skips_a_property_the_store_has_no_capability_for_and_refuses_unknown_names() -> None:
+    report = storetest.check(storetest.RUN_PROPERTIES[0], DictStore, max_examples=2)
+    assert report.skipped == (storetest.RUN_PROPERTIES[0],) and not report.examples
+    with pytest.raises(ValueError, match="not a storetest property"):
+        storetest.check("stores things", DictStore)
+    assert storetest.properties() == storetest.PROPERTIES
+
+
+def test_the_old_import_path_still_works_with_a_deprecation_warning() -> None:
+    import importlib
+    import sys
+
+    sys.modules.pop("agentsessions.stores.storetest", None)
+    with pytest.warns(DeprecationWarning, match="agentsessions.testing.storetest"):
+        old = importlib.import_module("agentsessions.stores.storetest")
+    assert old.run is storetest.run and old.check is storetest.check
