@@ -14,6 +14,7 @@ from agentsessions.endpoint import Endpoint, ModelRequest, ModelResponse, Usage
 from agentsessions.errors import (
     AgentSessionsError,
     ConflictError,
+    DecryptionError,
     EndpointDecodingError,
     EndpointError,
     EndpointStatusError,
@@ -44,6 +45,7 @@ __all__ = [
     "ConflictError",
     "Content",
     "ContentType",
+    "DecryptionError",
     "Endpoint",
     "EndpointDecodingError",
     "EndpointError",

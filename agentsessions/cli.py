@@ -1,6 +1,6 @@
 """The ``agentsessions`` command: look at, steer, stop, fork, delete, export and import sessions in a store.
 
-    agentsessions [--store URL] COMMAND ...        (or: python -m agentsessions ...)
+    agentsessions [--store URL] [--keys FILE] COMMAND ...        (or: python -m agentsessions ...)
 
     list [--state STATE]... [--older-than 7d] [--limit N] [--json]
     show ID [--json]               the record, the steers waiting, the transcript
@@ -12,6 +12,10 @@
     import ID FILE [--replace]     a transcript in that form from FILE (- for stdin)
     console [--bind HOST:PORT]     a web console over the store (default 127.0.0.1:8700); prints
                                    the address to open, carrying a one-time token
+    rekey --keys FILE [--allow-plaintext] [--batch N] [--lease SECONDS]
+                                   re-encrypt every session with the keyring's current key,
+                                   each under a claim, in batches, printing progress; run it
+                                   again after an interruption, or when sessions were busy
 
 ``list --json`` writes JSON Lines: one object per session, newest update first, with
 ``id``, ``state``, ``length``, ``updated_at``, ``holder``, ``lease_expires_at`` (ISO 8601,
@@ -32,14 +36,22 @@ Store URLs (--store, else the AGENTSESSIONS_STORE environment variable):
   The command opens its own connections and closes them before it exits. A password in
   the URL never appears in any output: URLs are shown as postgresql://user:***@host/db.
 
+Encrypted stores (agentsessions.crypto): --keys FILE (else the AGENTSESSIONS_KEYS_FILE
+  environment variable) names a keyring file, {"current": ID, "keys": {ID: BASE64, ...}};
+  every command then reads and writes the store through it. --unwrap MODULE:FUNCTION (after
+  the command) names a function (key_id, stored_bytes) -> key unwrapping each key (a KMS).
+  Needs: pip install agentsessions[crypto]
+
 Exit codes:
   0  done
   1  not found: no such session (show, export, steer, fork's source, cancel, delete: any
      ID missing, after deleting the others); for cancel also: no live run holds it
   2  bad input or usage: arguments, session ids, a transcript that is not the dumps form,
-     fork --at outside 0..length, fork on a store that cannot fork
+     fork --at outside 0..length, fork on a store that cannot fork; a keys file that cannot
+     be read; a row that does not decrypt (rekey: sessions that did not, each named)
   3  busy or conflict: import over an existing session without --replace, or over one a
-     run holds; fork into an existing id; another run holds the session
+     run holds; fork into an existing id; another run holds the session; rekey left
+     sessions that runs held (run it again)
   4  store error: no driver, unreachable, refused, tables missing, file missing
   5  an unexpected error (a bug): a traceback follows, with passwords masked
 Errors are one line on stderr, starting with "agentsessions: ".
@@ -52,6 +64,7 @@ import contextlib
 import datetime
 import enum
 import functools
+import importlib
 import itertools
 import logging
 import os
@@ -60,7 +73,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 import attrs
 
@@ -71,8 +84,12 @@ from agentsessions.runs import RunState, SessionInfo, exists, utcnow
 from agentsessions.session import ForkStore, RunStore
 from agentsessions.stores.urls import StoreURL, mask_urls, open_url, parse_url
 
+if TYPE_CHECKING:
+    from agentsessions.crypto import Keyring
+
 PROG = "agentsessions"
 ENVIRONMENT = "AGENTSESSIONS_STORE"
+KEYS_ENVIRONMENT = "AGENTSESSIONS_KEYS_FILE"
 
 
 class Exit(enum.IntEnum):
@@ -245,6 +262,58 @@ def _console(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
     return Exit.OK
 
 
+def _rekey(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
+    from agentsessions.crypto import RekeyProgress, rekey
+
+    if args.keyring is None:
+        raise CliError(Exit.USAGE, f"rekey needs the keyring: pass --keys FILE or set {KEYS_ENVIRONMENT}")
+
+    def show(progress: RekeyProgress) -> None:
+        io.err.write(f"{PROG}: rekey: {progress}\n")
+        io.err.flush()
+
+    plaintext, batch, lease = args.allow_plaintext, args.batch, args.lease
+    done = rekey(store, args.keyring, allow_plaintext=plaintext, batch=batch, lease=lease, progress=show)
+    for _, error in done.failed:
+        io.err.write(f"{PROG}: {fmt.one_line(error)}\n")
+    for session_id in done.busy:
+        io.err.write(f"{PROG}: busy: a run holds {session_id!r:.300}; it was left as it is (run rekey again)\n")
+    io.print(f"rekey to key {args.keyring.current!r}: {done}")
+    if done.failed:
+        return Exit.USAGE
+    return Exit.CONFLICT if done.busy else Exit.OK
+
+
+def _keyring(args: argparse.Namespace) -> Keyring | None:
+    """The keyring ``--keys`` (or the environment) names, or ``None``; read before the store is opened."""
+    path = args.keys or os.environ.get(KEYS_ENVIRONMENT)
+    if not path:
+        return None
+    try:
+        from agentsessions.crypto import Keyring
+    except ImportError as error:
+        raise CliError(Exit.STORE, str(error)) from None
+    unwrap = _function(args.unwrap) if args.unwrap else None
+    try:
+        return Keyring.from_file(path, unwrap=unwrap)
+    except OSError as error:
+        raise CliError(Exit.USAGE, f"cannot read the keys file {path!r}: {error.strerror or error}") from None
+    except Exception as error:  # a malformed file, or the unwrap function failed
+        raise CliError(Exit.USAGE, f"the keys file {path!r}: {type(error).__name__}: {error}") from None
+
+
+def _function(spec: str) -> Callable[..., Any]:
+    module, _, name = spec.partition(":")
+    try:
+        found = getattr(importlib.import_module(module), name) if module and name else None
+    except (ImportError, AttributeError) as error:
+        raise CliError(Exit.USAGE, f"--unwrap {spec!r}: {error}") from None
+    if not callable(found):
+        raise CliError(Exit.USAGE, f"--unwrap takes MODULE:FUNCTION, a function (key_id, stored) -> key; got {spec!r}")
+    function: Callable[..., Any] = found
+    return function
+
+
 def _shown_store(args: argparse.Namespace) -> str:
     """The store URL as it may be shown (its password masked)."""
     return parse_store_url(args.store or os.environ.get(ENVIRONMENT, "")).shown
@@ -291,6 +360,16 @@ def _count(text: str, least: int) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < 86400:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
+    return value
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse's parser, except that a URL's password in its error messages is masked."""
 
@@ -312,6 +391,12 @@ def parser() -> argparse.ArgumentParser:
     store = _Parser(add_help=False)
     store.add_argument("--store", metavar="URL", default=argparse.SUPPRESS, help=f"the store (default: ${ENVIRONMENT})")
     top.add_argument("--store", metavar="URL", help=f"the store (default: ${ENVIRONMENT})")
+    keys_help = f"a keyring file: the store is encrypted (default: ${KEYS_ENVIRONMENT})"
+    unwrap_help = "MODULE:FUNCTION unwrapping each key of the keys file (a KMS call)"
+    store.add_argument("--keys", metavar="FILE", default=argparse.SUPPRESS, help=keys_help)
+    top.add_argument("--keys", metavar="FILE", help=keys_help)
+    top.set_defaults(unwrap=None)  # after the command only: the top usage line stays one line
+    store.add_argument("--unwrap", metavar="MODULE:FUNCTION", default=argparse.SUPPRESS, help=unwrap_help)
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, run: Callable[..., Exit], text: str) -> argparse.ArgumentParser:
@@ -347,6 +432,14 @@ def parser() -> argparse.ArgumentParser:
     console = command("console", _console, "Serve a web console over the store; prints the address to open.")
     console.add_argument(
         "--bind", default="127.0.0.1:8700", metavar="HOST:PORT", help="default 127.0.0.1:8700 (this machine only)"
+    )
+    rekeys = command("rekey", _rekey, "Re-encrypt every session with the current key of the --keys keyring.")
+    rekeys.add_argument("--allow-plaintext", action="store_true", help="encrypt rows written before encryption too")
+    rekeys.add_argument(
+        "--batch", type=functools.partial(_count, least=1), default=100, metavar="N", help="sessions per batch"
+    )
+    rekeys.add_argument(
+        "--lease", type=_seconds, default=10.0, metavar="SECONDS", help="each session's claim (default 10)"
     )
     return top
 
@@ -408,10 +501,15 @@ def _run(args: argparse.Namespace, io: Streams) -> Exit:
     if not raw:
         raise CliError(Exit.USAGE, f"no store: pass --store URL or set {ENVIRONMENT}")
     url = parse_store_url(raw)
+    args.keyring = _keyring(args)
     try:
         if args.command == "import":  # first: a file that is no transcript must not create a SQLite file
             args.transcript = loads(_read(args.file))
         with _driver_logs(io.err, url), open_store(url, create=args.command == "import") as store:
+            if args.keyring is not None and args.command != "rekey":  # rekey reads the rows themselves
+                from agentsessions.crypto import encrypted
+
+                store = encrypted(store, args.keyring)
             result: Exit = args.run(args, store, io)
             return result
     except CliError as error:

@@ -8,6 +8,7 @@ network or provider.
     AgentSessionsError
     ├── InvalidSessionIdError (ValueError)   an id that is not a non-empty str of <= 255 chars
     ├── FormatError (ValueError)             text that dumps() did not write, or a newer format
+    │   └── DecryptionError                  a stored ciphertext that does not decrypt; names session and key
     ├── InvalidArgumentsError (ValueError)   a tool call's input that does not fit the tool's schema
     ├── StoreError                           a store or its database failed; chained from the driver
     │   ├── SchemaMissingError               the tables are missing; names the schema to run
@@ -41,6 +42,25 @@ class InvalidSessionIdError(AgentSessionsError, ValueError):
 
 class FormatError(AgentSessionsError, ValueError):
     """Text that is not a transcript :func:`agentsessions.dumps` wrote, or one from a newer version."""
+
+
+class DecryptionError(FormatError):
+    """A row of an encrypted store (:func:`agentsessions.crypto.encrypted`) that cannot be read.
+
+    Its key is not in the keyring; or it was written for another session, position or
+    role (copied there), or altered; or it is plaintext and plaintext was not allowed.
+    Nothing is ever skipped or read as empty instead. ``session_id`` names the session and
+    ``key_id`` the key the row names (``""`` for a plaintext or unreadable one).
+    """
+
+    def __init__(self, message: str, *, session_id: str = "", key_id: str = "") -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.key_id = key_id
+
+    def __reduce__(self) -> tuple[type[DecryptionError], tuple[str], dict[str, str]]:
+        # Keyword arguments do not survive pickling on their own (a worker process raising it).
+        return type(self), (str(self),), {"session_id": self.session_id, "key_id": self.key_id}
 
 
 class InvalidArgumentsError(AgentSessionsError, ValueError):

@@ -10,6 +10,14 @@ write per run: every beat renews all of this process's claims on that store in o
 batched write, at least every ``lease / 3`` of the shortest lease held. A slow model
 request or tool call therefore never lets a live run look stalled, and a replica holding
 a thousand runs writes as often as one holding a single run.
+
+Nor does a tool call cost a write: a run proves it still holds its session by the time of
+its last renewal (the heartbeat's, or its last save's, which renews too). A lease renewed
+less than half a lease ago cannot have been taken over, so the call starts without asking
+the store; only when the heartbeat is late (a failed write, a starved thread) does the run
+renew its own lease first. What renewals learn (a lost claim, a cancel from elsewhere)
+reaches the run at the next beat or save; the fencing token still refuses every write of
+a run whose claim was superseded.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from typing import ClassVar
 
 from agentsessions.errors import ConflictError, StoreError
 from agentsessions.messages import Content, Message
-from agentsessions.runs import Claim, RunState, Steer, superseded
+from agentsessions.runs import Claim, Renewal, RunState, Steer, superseded
 from agentsessions.session import RunStore
 
 log = logging.getLogger("agentsessions")
@@ -39,11 +47,16 @@ class Hold:
         self.cancel_requested = False
         self.lost = False
         self.released = False
+        # When the write that last extended the lease began (time.monotonic()): the lease
+        # runs at least ``lease`` seconds from then, whatever the write's own delay.
+        self.renewed_at = time.monotonic()
 
     @classmethod
     def claim_session(cls, store: RunStore, session_id: str, replica: str, lease: float) -> Hold:
         """Claim the session (``SessionBusyError`` while another lease is live) and start keeping the lease."""
+        started = time.monotonic()
         hold = cls(store, store.claim(session_id, replica=replica, lease=lease))
+        hold.renewed_at = started
         Heartbeat.of(store).add(hold)
         return hold
 
@@ -53,21 +66,35 @@ class Hold:
         return self._take(fresh)
 
     def save(self, transcript: Sequence[Message]) -> bool:
-        """Save under the claim, deleting the steers the transcript now carries."""
+        """Save under the claim (which renews the lease), deleting the steers the transcript now carries."""
+        started = time.monotonic()
         progress = self.store.save_run(self.claim, transcript, taken=self.taken)
+        self.renewed_at = started
         self.taken = []
         self.cancel_requested = self.cancel_requested or progress.cancel_requested
         return True
 
     def before_call(self, transcript: list[Message], results: Sequence[Content], use: Content) -> bool:
-        """Before a side effect: renew the lease, and learn whether the run was cancelled or superseded."""
-        renewal = self.store.renew([self.claim])
-        self.cancel_requested = self.cancel_requested or bool(renewal.cancelling)
-        if renewal.lost:
-            self.lost = True
+        """Before a side effect: raise if the run no longer holds its session; no write while the lease is fresh.
+
+        The heartbeat renews every third of the lease; a renewal older than half of it means
+        the heartbeat is late, and the run renews its own lease before the call starts.
+        """
+        if not self.lost and time.monotonic() - self.renewed_at > self.claim.lease / 2:
+            started = time.monotonic()
+            self.renewed(self.store.renew([self.claim]), started)
         if self.lost:
             raise superseded(self.claim)
         return False
+
+    def renewed(self, renewal: Renewal, started: float) -> None:
+        """Take in what a renewal that began at ``started`` learned about this claim."""
+        if self.claim in renewal.lost:
+            self.lost = True
+        else:
+            self.renewed_at = max(self.renewed_at, started)
+        if self.claim in renewal.cancelling:
+            self.cancel_requested = True
 
     def after_call(self, transcript: list[Message], results: Sequence[Content]) -> bool:
         """Nothing: without the journal, a tool's result is saved with the next request."""
@@ -100,7 +127,9 @@ class Hold:
         When steers arrived since the last collection, the session stays held and their
         texts are returned: releasing and that check are one step.
         """
+        started = time.monotonic()
         progress = self.store.save_run(self.claim, messages, taken=self.taken, end=end, unless_steered=unless_steered)
+        self.renewed_at = started
         self.taken = []
         if progress.pending:
             return self._take(list(progress.pending))
@@ -192,13 +221,11 @@ class Heartbeat:
         return min(hold.claim.lease for hold in self.holds) / 3
 
     def _renew(self, holds: list[Hold]) -> None:
+        started = time.monotonic()
         try:
             renewal = self.store.renew([hold.claim for hold in holds])
         except StoreError as error:
             log.warning("could not renew %d lease(s): %s", len(holds), error)
             return
         for hold in holds:
-            if hold.claim in renewal.lost:
-                hold.lost = True
-            if hold.claim in renewal.cancelling:
-                hold.cancel_requested = True
+            hold.renewed(renewal, started)

@@ -146,6 +146,11 @@ class SeedSession(Nowhere):
         return True
 
     def finish(self, transcript: Sequence[Message], end: RunState, *, room: bool) -> tuple[bool, list[str]]:
+        # Steers stored since the last collection (Runner.send stores first) keep the run going,
+        # as a run store's release does; not in the same atomic step, so one can still come late.
+        late = self.session.take_steers() if room else []
+        if late:
+            return False, late
         self.session.save(transcript)
         return True, []
 

@@ -24,7 +24,7 @@ from types import TracebackType
 from agentsessions import events as ev
 from agentsessions import persistence
 from agentsessions.endpoint import Endpoint
-from agentsessions.errors import RunError, RunFinishedError, RunnerClosedError, SessionBusyError
+from agentsessions.errors import RunError, RunnerClosedError, SessionBusyError
 from agentsessions.loop import EventSink, ReactLoop, SteerBox
 from agentsessions.messages import Message, check_transcript
 from agentsessions.persistence import Persistence
@@ -232,29 +232,30 @@ class Runner:
     def send(self, spec: Spec, text: str, endpoint: Endpoint, events: EventSink | None = None) -> Run | None:
         """Deliver one user message to the spec's session: the one call a chat view needs.
 
-        A live run of this runner holding the session gets ``text`` as a steer; a run held
-        elsewhere (another runner, another replica) gets it through the store; with no live
-        run, it waits in the store (after the steers already there) and a run starts with
-        ``Resume()``, taking it at its first step. Returns the run this runner steered or
-        started, or ``None`` when a run held elsewhere takes the text. The text is answered
-        once, whatever races with it: another ``send``, a run finishing, a replica dying.
+        The text goes into the session's store first, after the steers already waiting, so
+        once ``send`` returns it outlives this process. A live run holding the session (this
+        runner's, another runner's, another replica's) takes it at its next step, or as it
+        releases the session; with no live run, a run starts with ``Resume()`` and takes it
+        at its first step. Returns the run this runner holds or started, or ``None`` when a
+        run held elsewhere takes the text. The text is answered once, whatever races with
+        it: another ``send``, a run finishing, a replica dying (its lease lapses and the
+        text waits in the store for the resumer or the next ``send``).
+
+        A store with only the seed's four methods keeps no run records: this runner's live
+        run of the session takes the text at its next step or as it finishes, and one
+        finishing just then leaves it in the store for the next run.
         """
         text = check_steer(text)
         session = spec.session if isinstance(spec, Spec) else None
         if session is None:
             raise ValueError("send needs a Spec with a session: the text goes to that session's conversation")
+        # The store before anything else: a run's in-memory box dies with its process.
+        state = session.steer(text)
         mine = self._live_run_of(session)
-        if mine is not None:
-            try:
-                mine.steer(text)
-                return mine
-            except RunFinishedError:
-                pass  # it is releasing the session: the store decides below
-        # Through the store even when no run holds the session: the text then comes after
-        # the steers already waiting, and whichever run claims the session next takes it.
-        if session.steer(text) is RunState.RUNNING:
-            # The holder takes it at its next step or as it releases (the release checks for
-            # steers in the same atomic step); one with no step left leaves it to a resumer.
+        # RUNNING: the holder takes it at its next step or as it releases (the release checks
+        # for steers in the same atomic step); one with no step left leaves it to a resumer.
+        # None: the store keeps no run records; this runner's live run stands for RUNNING.
+        if state is RunState.RUNNING or (state is None and mine is not None):
             return mine
         try:
             return self.start(spec, Resume(), endpoint, events)

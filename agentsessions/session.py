@@ -206,7 +206,12 @@ class StoreSession:
         return self._runs().delete(self.id)
 
     def cancel(self) -> bool:
-        """Ask the run holding this session to stop; ``False`` when no live run holds it."""
+        """Ask the run holding this session to stop; ``False`` when no live run holds it.
+
+        The request reaches the run, in whatever process, with its next save or its
+        process's next lease renewal (within ``lease / 3``); it then stops before its next
+        model request or tool call.
+        """
         return self._runs().cancel(self.id)
 
     def fork(self, new_id: str, *, at: int | None = None) -> StoreSession:

@@ -2,8 +2,8 @@
 
     python benchmarks/prompt_cache_cost.py [--steps 40]
 
-The run goes to the test suite's local Messages API (tests/fakes/fake_anthropic.py) with its
-token counting on: the prompt cache the API documents (tests/fakes/fake_prompt_cache.py), a
+The run goes to the test suite's local Messages API (agentsessions.testing.FakeMessagesAPI) with its
+token counting on: the prompt cache the API documents (agentsessions/testing/fakes/prompt_cache.py), a
 1,024-token minimum, lookups at each breakpoint and 20 blocks back. Each step sends the
 whole transcript again; what is *new* in a request is what the request before did not
 send. The figure is the input billed at the full rate or more (uncached input and cache
@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import agentsessions as agent
 from agentsessions.endpoints import AnthropicEndpoint
-from tests.fakes.fake_anthropic import FakeAnthropic, Reply, text, tool_use
-from tests.fakes.fake_prompt_cache import PromptCache
+from agentsessions.testing.fakes.messages import FakeMessagesAPI, Reply, text, tool_use
+from agentsessions.testing.fakes.prompt_cache import PromptCache
 
 KEY = "sk-ant-benchmark"
 SYSTEM = "You are a careful research assistant. Cite what each tool returns. " * 120  # about 2,000 tokens
@@ -46,7 +46,7 @@ def _prompt_tokens(body: dict[str, Any]) -> int:
 def measure(steps: int, cache: bool) -> tuple[float, float]:
     """``(billed at full rate / new, priced / priced uncached)`` for one run of ``steps`` requests."""
     replies = [Reply([tool_use(f"toolu_{i:03d}", "lookup", {"topic": f"topic {i}"})]) for i in range(steps - 1)]
-    with FakeAnthropic([*replies, Reply([text("Done.")])], api_key=KEY, count_tokens=True) as fake:
+    with FakeMessagesAPI([*replies, Reply([text("Done.")])], api_key=KEY, count_tokens=True) as fake:
         endpoint = AnthropicEndpoint("claude-test", api_key=KEY, base_url=fake.origin, cache=cache)
         spec = agent.Spec(tools=[lookup], system=SYSTEM, max_steps=steps)
         agent.Runner().run(spec, [agent.Message.user("Survey the archive.")], endpoint)

@@ -1,1 +1,1 @@
-"""The test suite, a package: helpers in ``tests.support``, the fake provider servers in ``tests.fakes``."""
+"""The test suite, a package: helpers in ``tests.support`` (the fake provider servers: ``agentsessions.testing``)."""

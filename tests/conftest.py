@@ -1,4 +1,4 @@
-"""Fixtures and hooks only: shared helpers live in ``tests.support``, the fake provider servers in ``tests.fakes``."""
+"""Fixtures and hooks only: shared helpers live in ``tests.support``, fake providers in ``agentsessions.testing``."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ SERVER_MODULES = {
     "test_store_mongodb.py",
     "test_store_redis.py",
     "test_example_postgres.py",
-    "test_example_flask.py",
+    "test_example_web.py",
+    "test_contrib_django.py",
 }
 SERVER_IDS = ("postgres", "mysql", "mongodb", "redis", "PostgreSQL", "MariaDB", "MongoDB", "Redis")
 CRASH_MODULES = {"test_crashes.py"}
@@ -29,9 +30,11 @@ SLOW_MODULES = {
     "test_storetest.py",
     "test_store_memory.py",
     "test_store_sqlite.py",
+    "test_crypto_stores.py",
     "test_openai_sdk_fixtures.py",
     "test_anthropic_sdk_fixtures.py",
     "test_docs.py",
+    "test_docs_site.py",
     # The SDK adapters: processes racing, and the SDKs' own suites (tests/sdk) on every store.
     "test_integrations.py",
     "test_session.py",
@@ -43,7 +46,7 @@ SLOW_MODULES = {
 
 def _kind(item: pytest.Item) -> str:
     module = item.path.name
-    if module in CRASH_MODULES:
+    if module in CRASH_MODULES or item.get_closest_marker("crash"):
         return "crash"
     if module in BROWSER_MODULES:
         return "browser"

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import agentsessions as agent
 from agentsessions.endpoints import AnthropicEndpoint
 from agentsessions.endpoints._anthropic_read import Stream
-from tests.fakes.fake_server import RawServer
+from agentsessions.testing.fakes.server import RawServer
 from tests.support.sse_pieces import assembled
 
 anthropic = pytest.importorskip("anthropic", reason="the official SDK is in the test extra")

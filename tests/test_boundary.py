@@ -1,4 +1,4 @@
-"""The import boundary: the core imports no store, no driver and no hypothesis."""
+"""The import boundary: the core imports no store, no driver, no hypothesis and no cryptography."""
 
 from __future__ import annotations
 
@@ -6,7 +6,10 @@ import json
 import subprocess
 import sys
 
-FORBIDDEN = ("psycopg", "psycopg_pool", "pymysql", "pymongo", "redis", "hypothesis", "agentsessions.stores", "requests")
+FORBIDDEN = (
+    *("psycopg", "psycopg_pool", "pymysql", "pymongo", "redis", "hypothesis", "agentsessions.stores", "requests"),
+    *("cryptography", "agentsessions.crypto"),
+)
 
 
 def test_importing_the_package_loads_no_driver_and_no_store() -> None:

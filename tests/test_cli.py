@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit
 
 import attrs
 import pytest
@@ -25,7 +25,17 @@ import agentsessions as agent
 from agentsessions.cli import Exit, main, parse_store_url
 from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.stores import sqlite
-from tests.support.backends import Opener, postgres_url, scratch_mongodb, scratch_mysql, scratch_postgres, scratch_redis
+from tests.support.backends import (
+    Opener,
+    mongodb_url,
+    mysql_url,
+    postgres_url,
+    redis_url,
+    scratch_mongodb,
+    scratch_mysql,
+    scratch_postgres,
+    scratch_redis,
+)
 from tests.support.scripts import call, double, echo_last_result
 from tests.support.servers import (
     MONGODB_URI,
@@ -77,20 +87,11 @@ class Backend:
 # --- Where the stores are -------------------------------------------------------------------
 
 
-def _mysql_url(host: str, port: int, user: str, password: str, database: str) -> str:
-    userinfo = f"{quote(user)}:{quote(password)}" if password else quote(user)
-    return f"mysql://{userinfo}@{host}:{port}/{database}"
-
-
-def _mongodb_url(uri: str, database: str) -> str:
-    return urlunsplit(urlsplit(uri)._replace(path=f"/{database}"))
-
-
 URLS: dict[str, tuple[str, Callable[[], contextlib.AbstractContextManager[Opener]], Callable[..., str]]] = {
     "postgres": ("PostgreSQL", lambda: scratch_postgres(POSTGRES_DSN), lambda dsn, schema: postgres_url(dsn, schema)),
-    "mysql": ("MariaDB", lambda: scratch_mysql(MYSQL_HOST, MYSQL_PORT, MYSQL_USER, MYSQL_PASSWORD), _mysql_url),
-    "mongodb": ("MongoDB", lambda: scratch_mongodb(MONGODB_URI), _mongodb_url),
-    "redis": ("Redis", lambda: scratch_redis(REDIS_URL), lambda url, prefix: f"{url}?prefix={quote(prefix)}"),
+    "mysql": ("MariaDB", lambda: scratch_mysql(MYSQL_HOST, MYSQL_PORT, MYSQL_USER, MYSQL_PASSWORD), mysql_url),
+    "mongodb": ("MongoDB", lambda: scratch_mongodb(MONGODB_URI), mongodb_url),
+    "redis": ("Redis", lambda: scratch_redis(REDIS_URL), redis_url),
 }
 
 
@@ -393,7 +394,7 @@ def test_mysql_errors_never_show_the_password() -> None:
             .close()
         ),
     )
-    wrong = _never_shows(cli("--store", _mysql_url(MYSQL_HOST, MYSQL_PORT, MYSQL_USER, SECRET, "test"), "list"))
+    wrong = _never_shows(cli("--store", mysql_url(MYSQL_HOST, MYSQL_PORT, MYSQL_USER, SECRET, "test"), "list"))
     assert wrong.code == Exit.STORE and "Access denied" in wrong.err and f"{MYSQL_USER}:***@" in wrong.err
     unreachable = _never_shows(cli("--store", f"mysql://root:{SECRET}@127.0.0.1:1/test", "show", "x"))
     assert unreachable.code == Exit.STORE and "mysql://root:***@127.0.0.1:1/test" in unreachable.err

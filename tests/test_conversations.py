@@ -83,7 +83,9 @@ def test_send_starts_a_run_steers_its_own_and_reaches_one_held_elsewhere() -> No
     here, elsewhere = agent.Runner(replica="here"), agent.Runner(replica="elsewhere")
     run = here.send(spec, "first", ScriptedEndpoint([slow, slow]))
     assert run is not None and entered.wait(5)
-    assert here.send(spec, "second", Echo()) is run  # its own live run: the in-memory box
+    assert here.send(spec, "second", Echo()) is run  # its own live run takes it
+    # In the store before send returned, even for this runner's own run: a kill now loses nothing.
+    assert [steer.text for steer in store.peek_steers("s")] == ["second"]
     assert elsewhere.send(spec, "third", Echo()) is None  # held by another runner: through the store
     release.set()
     result = run.wait(5)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tests.support.backends import Opener
 from tests.support.crashes import journal_trials, kill_trials, same_session_trials
+from tests.support.sending import send_trials
 
 TRIALS = int(os.environ.get("AGENTSESSIONS_CRASH_TRIALS", "4"))
 SEED = int(os.environ.get("AGENTSESSIONS_CRASH_SEED", str(random.randrange(10**6))))
@@ -37,3 +38,12 @@ def test_with_the_journal_no_finished_tool_runs_twice_across_kills(opener: Opene
     tally = journal_trials(opener, TRIALS, SEED, str(tmp_path))
     print(tally)
     assert (tally.conversations, tally.resumes_completed, tally.performed_twice) == (TRIALS, TRIALS, 0)
+
+
+def test_a_text_send_acknowledged_is_answered_once_though_its_sender_is_killed(opener: Opener) -> None:
+    print(f"\nseed {SEED}")
+    tally = send_trials(opener, TRIALS, SEED)
+    print(tally)
+    assert tally.broken == [], f"seed {SEED}: {tally.broken}"
+    assert (tally.trials, tally.lost, tally.doubled) == (TRIALS, 0, 0)
+    assert tally.answered_once == tally.acknowledged > 0

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.fake_anthropic import FakeAnthropic, Reply, text, tool_use
+from agentsessions.testing.fakes.messages import FakeMessagesAPI, Reply, text, tool_use
 from tests.support.backends import delete_prefix
 from tests.support.servers import (
     MONGODB_URI,
@@ -174,7 +174,7 @@ def test_the_streaming_block_runs_against_a_local_server_with_the_wire_format(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     script = [Reply([tool_use("toolu_1", "local_time", {"city": "Oslo"})]), Reply([text("It is 14:05 in Oslo.")])]
-    with FakeAnthropic(script, api_key="sk-ant-readme") as server:
+    with FakeMessagesAPI(script, api_key="sk-ant-readme") as server:
         options = f'stream=True, api_key="sk-ant-readme", base_url="{server.origin}"'
         local = f'AnthropicEndpoint("claude-sonnet-4-5", {options})'
         _run(_block_for("Anthropic"), "streaming", {'AnthropicEndpoint("claude-sonnet-4-5", stream=True)': local})
@@ -186,7 +186,7 @@ def test_the_first_run_block_runs_against_a_local_server_twice(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     script = [Reply([tool_use("toolu_1", "local_time", {"city": "Oslo"})]), Reply([text("It is 14:05 in Oslo.")])]
-    with FakeAnthropic(script * 2, api_key="sk-ant-readme") as server:
+    with FakeMessagesAPI(script * 2, api_key="sk-ant-readme") as server:
         monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-readme")
         local = f'AnthropicEndpoint("claude-sonnet-4-5", base_url="{server.origin}")'
         mark = SERVER_MARKS["Anthropic, first run"]

@@ -12,19 +12,19 @@ import agentsessions as agent
 from agentsessions import events as ev
 from agentsessions.endpoints import AnthropicEndpoint, EndpointError
 from agentsessions.stores.memory import MemoryStore
-from tests.fakes.fake_anthropic import PREFILL_REFUSED, FakeAnthropic, Reply, text, tool_use
+from agentsessions.testing.fakes.messages import PREFILL_REFUSED, FakeMessagesAPI, Reply, text, tool_use
 
 KEY = "sk-ant-test-5f0c1d2e3b4a-never-print-me"
 WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeAnthropic]:
-    with FakeAnthropic(api_key=KEY) as server:
+def fake() -> Iterator[FakeMessagesAPI]:
+    with FakeMessagesAPI(api_key=KEY) as server:
         yield server
 
 
-def endpoint(fake: FakeAnthropic, **options: Any) -> AnthropicEndpoint:
+def endpoint(fake: FakeMessagesAPI, **options: Any) -> AnthropicEndpoint:
     return AnthropicEndpoint("claude-test", api_key=KEY, base_url=fake.origin, backoff=0, **options)
 
 
@@ -32,7 +32,7 @@ def ask(endpoint: AnthropicEndpoint, *messages: agent.Message, **fields: Any) ->
     return endpoint.complete(agent.ModelRequest(fields.pop("system", ""), messages, **fields))
 
 
-def test_the_request_is_the_messages_api_wire_format(fake: FakeAnthropic) -> None:
+def test_the_request_is_the_messages_api_wire_format(fake: FakeMessagesAPI) -> None:
     fake.add(Reply([text("ok")]))
     weather = agent.Tool("weather", "The weather in a city.", WEATHER_SCHEMA, lambda city: "sunny")
     transcript = [
@@ -68,7 +68,7 @@ def test_the_request_is_the_messages_api_wire_format(fake: FakeAnthropic) -> Non
     }  # fmt: skip
 
 
-def test_the_answer_maps_onto_a_model_response(fake: FakeAnthropic) -> None:
+def test_the_answer_maps_onto_a_model_response(fake: FakeMessagesAPI) -> None:
     fake.add(
         Reply(
             [text("Checking."), tool_use("toolu_9", "weather", {"city": "Zürich", "days": [1, 2]})],
@@ -106,7 +106,7 @@ REPLIES = {
 
 
 @pytest.mark.parametrize("reply", REPLIES.values(), ids=REPLIES.keys())
-def test_streaming_and_not_give_the_same_response(fake: FakeAnthropic, reply: Reply) -> None:
+def test_streaming_and_not_give_the_same_response(fake: FakeMessagesAPI, reply: Reply) -> None:
     fake.add(reply, reply)
     whole = ask(endpoint(fake), agent.Message.user("Hi"))
     pieces: list[str] = []
@@ -116,7 +116,7 @@ def test_streaming_and_not_give_the_same_response(fake: FakeAnthropic, reply: Re
     assert fake.requests[1].body["stream"] is True and "stream" not in fake.requests[0].body
 
 
-def test_a_streamed_tool_input_is_exactly_the_concatenated_pieces(fake: FakeAnthropic) -> None:
+def test_a_streamed_tool_input_is_exactly_the_concatenated_pieces(fake: FakeMessagesAPI) -> None:
     fake.add(Reply([tool_use("toolu_1", "f", {"b": 1, "a": "ü"})]), Reply([tool_use("toolu_2", "f", {})]))
     streaming = endpoint(fake, stream=True)
     assert ask(streaming, agent.Message.user("x")).message.content[0].input == '{"b": 1, "a": "ü"}'
@@ -129,7 +129,7 @@ def answered(transcript: list[agent.Message]) -> list[agent.Message]:
     return [*transcript, agent.Message(agent.Role.USER, results)]
 
 
-def test_non_finite_numbers_in_a_tool_input_go_as_null(fake: FakeAnthropic) -> None:
+def test_non_finite_numbers_in_a_tool_input_go_as_null(fake: FakeMessagesAPI) -> None:
     # Python's json writes inf and nan as Infinity and NaN, which no JSON parser takes:
     # the fake, like the API, would refuse the whole request.
     fake.add(Reply([text("ok")]))
@@ -140,7 +140,7 @@ def test_non_finite_numbers_in_a_tool_input_go_as_null(fake: FakeAnthropic) -> N
     assert sent == {"x": None, "y": None, "n": None, "i": None, "k": 1.5, "deep": [{"z": None}]}
 
 
-def test_a_models_non_finite_number_comes_back_as_json_that_can_be_sent(fake: FakeAnthropic) -> None:
+def test_a_models_non_finite_number_comes_back_as_json_that_can_be_sent(fake: FakeMessagesAPI) -> None:
     # The model wrote {"x": 1e999}: valid JSON, but no double holds it (Python reads inf).
     reply = Reply([tool_use("toolu_1", "f", {"x": float("inf"), "k": 1})])
     fake.add(reply, reply, Reply([text("ok")]), Reply([text("ok")]))
@@ -153,7 +153,7 @@ def test_a_models_non_finite_number_comes_back_as_json_that_can_be_sent(fake: Fa
     assert [seen.body["messages"][1]["content"][0]["input"] for seen in fake.requests[2:]] == [{"x": None, "k": 1}] * 2
 
 
-def test_without_message_delta_no_stop_reason_is_made_up(fake: FakeAnthropic) -> None:
+def test_without_message_delta_no_stop_reason_is_made_up(fake: FakeMessagesAPI) -> None:
     reply = Reply([text("hi")], silent_stop=True)
     fake.add(reply, reply)
     whole = ask(endpoint(fake), agent.Message.user("x"))
@@ -163,14 +163,14 @@ def test_without_message_delta_no_stop_reason_is_made_up(fake: FakeAnthropic) ->
 
 
 @pytest.mark.parametrize("stop_reason", ["refusal", "pause_turn", "stop_sequence"])
-def test_the_stop_reason_is_the_providers_own(fake: FakeAnthropic, stop_reason: str) -> None:
+def test_the_stop_reason_is_the_providers_own(fake: FakeMessagesAPI, stop_reason: str) -> None:
     fake.add(Reply([text("hi")], stop_reason=stop_reason), Reply([text("hi")], stop_reason=stop_reason))
     assert ask(endpoint(fake), agent.Message.user("x")).stop_reason == stop_reason
     assert ask(endpoint(fake, stream=True), agent.Message.user("x")).stop_reason == stop_reason
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
-def test_calls_share_one_connection(fake: FakeAnthropic, stream: bool) -> None:
+def test_calls_share_one_connection(fake: FakeMessagesAPI, stream: bool) -> None:
     # A streamed answer is read to its chunked body's end, so its connection goes back to the pool.
     fake.add(*[Reply([text("hello"), tool_use("toolu_1", "f", {"a": 1})])] * 4)
     with endpoint(fake, stream=stream) as claude:
@@ -179,28 +179,28 @@ def test_calls_share_one_connection(fake: FakeAnthropic, stream: bool) -> None:
     assert (fake.attempts, fake.connections) == (4, 1)
 
 
-def test_the_text_goes_to_on_text_as_it_arrives(fake: FakeAnthropic) -> None:
+def test_the_text_goes_to_on_text_as_it_arrives(fake: FakeMessagesAPI) -> None:
     fake.add(Reply([text("abcdefghij")]))
     pieces: list[str] = []
     ask(endpoint(fake, stream=True), agent.Message.user("x"), on_text=pieces.append)
     assert pieces == ["abcd", "efgh", "ij"]
 
 
-def test_an_error_event_in_the_stream_is_raised_as_the_provider_gave_it(fake: FakeAnthropic) -> None:
+def test_an_error_event_in_the_stream_is_raised_as_the_provider_gave_it(fake: FakeMessagesAPI) -> None:
     fake.add(Reply([text("partial answer")], error_after=4))
     with pytest.raises(EndpointError) as caught:
         ask(endpoint(fake, stream=True), agent.Message.user("x"))
     assert (caught.value.type, caught.value.message) == ("overloaded_error", "Overloaded")
 
 
-def test_a_stream_cut_short_is_an_error_without_status(fake: FakeAnthropic) -> None:
+def test_a_stream_cut_short_is_an_error_without_status(fake: FakeMessagesAPI) -> None:
     fake.add(Reply([text("partial answer")], cut_after=4))
     with pytest.raises(EndpointError) as caught:
         ask(endpoint(fake, stream=True, max_retries=0), agent.Message.user("x"))
     assert caught.value.status == 0
 
 
-def test_a_listener_error_is_not_disguised_as_an_endpoint_error(fake: FakeAnthropic) -> None:
+def test_a_listener_error_is_not_disguised_as_an_endpoint_error(fake: FakeMessagesAPI) -> None:
     fake.add(Reply([text("hello")]))
 
     def listener(_: str) -> None:
@@ -211,7 +211,7 @@ def test_a_listener_error_is_not_disguised_as_an_endpoint_error(fake: FakeAnthro
 
 
 def test_prefill_refused_by_the_model_reaches_the_caller_intact() -> None:
-    with FakeAnthropic(api_key=KEY, prefill=False) as fake:
+    with FakeMessagesAPI(api_key=KEY, prefill=False) as fake:
         transcript = [agent.Message.user("Hi"), agent.Message.assistant("Hello")]
         with pytest.raises(EndpointError) as caught:
             ask(endpoint(fake), *transcript)
@@ -220,13 +220,13 @@ def test_prefill_refused_by_the_model_reaches_the_caller_intact() -> None:
     assert fake.attempts == 1  # a 400 is never retried
 
 
-def test_a_tool_result_without_its_call_is_the_api_s_error(fake: FakeAnthropic) -> None:
+def test_a_tool_result_without_its_call_is_the_api_s_error(fake: FakeMessagesAPI) -> None:
     transcript = [agent.Message.user("Hi"), agent.Message(agent.Role.USER, [agent.Content.tool_result("toolu_x", "")])]
     with pytest.raises(EndpointError, match="unexpected `tool_use_id` found in `tool_result` blocks: toolu_x"):
         ask(endpoint(fake), agent.Message.assistant("Hello"), *transcript)
 
 
-def test_a_wrong_key_is_an_authentication_error(fake: FakeAnthropic) -> None:
+def test_a_wrong_key_is_an_authentication_error(fake: FakeMessagesAPI) -> None:
     wrong = AnthropicEndpoint("claude-test", api_key="sk-ant-wrong", base_url=fake.origin)
     with pytest.raises(EndpointError) as caught:
         ask(wrong, agent.Message.user("x"))
@@ -237,7 +237,7 @@ def test_a_wrong_key_is_an_authentication_error(fake: FakeAnthropic) -> None:
     )
 
 
-def test_the_key_comes_from_the_environment(fake: FakeAnthropic, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_key_comes_from_the_environment(fake: FakeMessagesAPI, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     fake.add(Reply([text("ok")]))
     assert ask(AnthropicEndpoint("claude-test", base_url=fake.origin), agent.Message.user("x")).message.text == "ok"
@@ -246,17 +246,17 @@ def test_the_key_comes_from_the_environment(fake: FakeAnthropic, monkeypatch: py
         AnthropicEndpoint("claude-test")
 
 
-def test_max_tokens_on_the_endpoint_replaces_the_request_s(fake: FakeAnthropic) -> None:
+def test_max_tokens_on_the_endpoint_replaces_the_request_s(fake: FakeMessagesAPI) -> None:
     fake.add(Reply([text("ok")]))
     ask(endpoint(fake, max_tokens=77), agent.Message.user("x"), max_tokens=4096)
     assert fake.requests[0].body["max_tokens"] == 77
 
 
-def test_the_repr_shows_the_model_and_url_only(fake: FakeAnthropic) -> None:
+def test_the_repr_shows_the_model_and_url_only(fake: FakeMessagesAPI) -> None:
     assert repr(endpoint(fake)) == f"AnthropicEndpoint(model='claude-test', base_url='{fake.origin}')"
 
 
-def run_agent(stream: bool) -> tuple[agent.Result, list[ev.Event], FakeAnthropic]:
+def run_agent(stream: bool) -> tuple[agent.Result, list[ev.Event], FakeMessagesAPI]:
     """A ReAct run with a tool and two steers (one before the run, one while the tool runs)."""
     session = agent.open("conversation", MemoryStore())
 
@@ -272,7 +272,7 @@ def run_agent(stream: bool) -> tuple[agent.Result, list[ev.Event], FakeAnthropic
     ]
     events: list[ev.Event] = []
     session.steer("In Celsius, please.")
-    with FakeAnthropic(script, api_key=KEY) as fake:
+    with FakeMessagesAPI(script, api_key=KEY) as fake:
         spec = agent.Spec(tools=[weather], system="You report weather.", session=session)
         result = agent.Runner().run(
             spec, [agent.Message.user("Weather in Zürich?")], endpoint(fake, stream=stream), events=events.append

@@ -14,7 +14,7 @@ import agentsessions as agent
 from agentsessions.endpoints import AnthropicEndpoint, EndpointDecodingError, ScriptedEndpoint
 from agentsessions.stores import sqlite
 from agentsessions.stores.memory import MemoryStore
-from tests.fakes.fake_anthropic import FakeAnthropic, Reply, block_events, sign, text, thinking, tool_use
+from agentsessions.testing.fakes.messages import FakeMessagesAPI, Reply, block_events, sign, text, thinking, tool_use
 
 KEY = "sk-ant-test-blocks"
 C = agent.Content
@@ -35,12 +35,12 @@ CITED = {
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeAnthropic]:
-    with FakeAnthropic(api_key=KEY) as server:
+def fake() -> Iterator[FakeMessagesAPI]:
+    with FakeMessagesAPI(api_key=KEY) as server:
         yield server
 
 
-def endpoint(fake: FakeAnthropic, **options: Any) -> AnthropicEndpoint:
+def endpoint(fake: FakeMessagesAPI, **options: Any) -> AnthropicEndpoint:
     return AnthropicEndpoint("claude-test", api_key=KEY, base_url=fake.origin, backoff=0, **options)
 
 
@@ -50,7 +50,7 @@ def weather(city: str) -> str:
     return f"{city}: 21 °C"
 
 
-def thinking_run(fake: FakeAnthropic, session: agent.Session | None, *, stream: bool) -> agent.Result:
+def thinking_run(fake: FakeMessagesAPI, session: agent.Session | None, *, stream: bool) -> agent.Result:
     fake.add(
         Reply(
             [
@@ -67,7 +67,9 @@ def thinking_run(fake: FakeAnthropic, session: agent.Session | None, *, stream: 
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_thinking_run_with_a_tool_sends_its_signed_thinking_back_in_place(fake: FakeAnthropic, stream: bool) -> None:
+def test_a_thinking_run_with_a_tool_sends_its_signed_thinking_back_in_place(
+    fake: FakeMessagesAPI, stream: bool
+) -> None:
     result = thinking_run(fake, None, stream=stream)
     assert result.text == "Bern: 21 °C."
     reasoning = "The user wants the weather; I should call the tool."
@@ -81,7 +83,7 @@ def test_a_thinking_run_with_a_tool_sends_its_signed_thinking_back_in_place(fake
     }
 
 
-def test_without_the_thinking_block_the_api_refuses_the_second_request(fake: FakeAnthropic) -> None:
+def test_without_the_thinking_block_the_api_refuses_the_second_request(fake: FakeMessagesAPI) -> None:
     # What the fake enforces is the API's rule, the one that made such runs fail in step 2.
     fake.add(Reply([text("ok")]))
     reply = agent.Message(agent.Role.ASSISTANT, [C.tool_use("toolu_1", "weather", '{"city": "Bern"}')])
@@ -98,7 +100,7 @@ def test_without_the_thinking_block_the_api_refuses_the_second_request(fake: Fak
 
 @pytest.mark.parametrize("opener", ["memory", "sqlite"])
 def test_a_thinking_transcript_saved_in_a_store_resumes_on_another_endpoint_call(
-    fake: FakeAnthropic, opener: str, tmp_path: Path
+    fake: FakeMessagesAPI, opener: str, tmp_path: Path
 ) -> None:
     store = MemoryStore() if opener == "memory" else sqlite.open(str(tmp_path / "s.db"))
     session = agent.open("thinking", store)
@@ -112,7 +114,7 @@ def test_a_thinking_transcript_saved_in_a_store_resumes_on_another_endpoint_call
     assert [b["type"] for b in sent[3]["content"]] == ["thinking", "text"]
 
 
-def test_redacted_thinking_goes_back_as_it_came(fake: FakeAnthropic) -> None:
+def test_redacted_thinking_goes_back_as_it_came(fake: FakeMessagesAPI) -> None:
     fake.add(
         Reply([{"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"}, text("ok")]), Reply([text("ok")])
     )
@@ -127,7 +129,7 @@ def test_redacted_thinking_goes_back_as_it_came(fake: FakeAnthropic) -> None:
     }
 
 
-def test_a_thinking_block_without_a_signature_is_refused_before_the_request(fake: FakeAnthropic) -> None:
+def test_a_thinking_block_without_a_signature_is_refused_before_the_request(fake: FakeMessagesAPI) -> None:
     unsigned = agent.Message(agent.Role.ASSISTANT, [C.thinking("from another provider"), C.of_text("hi")])
     with pytest.raises(ValueError, match="THINKING block without a signature"):
         endpoint(fake).complete(agent.ModelRequest("", (agent.Message.user("a"), unsigned, agent.Message.user("b"))))
@@ -136,7 +138,7 @@ def test_a_thinking_block_without_a_signature_is_refused_before_the_request(fake
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_server_tool_blocks_and_cited_text_come_as_raw_and_go_back_verbatim_in_place(
-    fake: FakeAnthropic, stream: bool
+    fake: FakeMessagesAPI, stream: bool
 ) -> None:
     fake.add(
         Reply([text("Searching."), SERVER_TOOL, SEARCH_RESULT, CITED], stop_reason="end_turn"), Reply([text("ok")])
@@ -161,7 +163,7 @@ COMPACTION = {
 }
 
 
-def test_a_compaction_streamed_in_pieces_is_the_block_whole_and_goes_back_whole(fake: FakeAnthropic) -> None:
+def test_a_compaction_streamed_in_pieces_is_the_block_whole_and_goes_back_whole(fake: FakeMessagesAPI) -> None:
     # Streamed, the summary comes as several compaction_delta pieces, the last with
     # content null: the block must come out as the whole answer's, not as its last piece.
     fake.add(Reply([COMPACTION, text("In August.")]), Reply([COMPACTION, text("In August.")]), Reply([text("ok")]))
@@ -177,7 +179,7 @@ def test_a_compaction_streamed_in_pieces_is_the_block_whole_and_goes_back_whole(
     assert fake.requests[2].body["messages"][1]["content"][0] == COMPACTION
 
 
-def test_a_raw_blocks_text_goes_into_the_body_byte_for_byte(fake: FakeAnthropic) -> None:
+def test_a_raw_blocks_text_goes_into_the_body_byte_for_byte(fake: FakeMessagesAPI) -> None:
     fake.add(Reply([text("ok")]))
     raw = '{"type":"compaction","content":"Summary \u00e9",  "encrypted_content":"Ep8B",\n "n": 1.50}'
     message = agent.Message(agent.Role.ASSISTANT, [C.raw("anthropic", raw)])
@@ -187,7 +189,7 @@ def test_a_raw_blocks_text_goes_into_the_body_byte_for_byte(fake: FakeAnthropic)
     assert raw.encode() in fake.raw_bodies[0]
 
 
-def test_another_providers_raw_blocks_are_left_out_their_text_kept(fake: FakeAnthropic) -> None:
+def test_another_providers_raw_blocks_are_left_out_their_text_kept(fake: FakeMessagesAPI) -> None:
     fake.add(Reply([text("ok")]))
     reasoning = C.raw("openai", '{"type":"reasoning","id":"rs_1","encrypted_content":"x"}')
     cited = C.raw("openai", '{"type":"message","content":[]}', text="It is August.")
@@ -199,7 +201,7 @@ def test_another_providers_raw_blocks_are_left_out_their_text_kept(fake: FakeAnt
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_pause_turn_sends_the_transcript_back_and_the_run_goes_on(fake: FakeAnthropic, stream: bool) -> None:
+def test_a_pause_turn_sends_the_transcript_back_and_the_run_goes_on(fake: FakeMessagesAPI, stream: bool) -> None:
     fake.add(Reply([text("Searching."), SERVER_TOOL], stop_reason="pause_turn"), Reply([SEARCH_RESULT, CITED]))
     result = agent.Runner().run(agent.Spec(), [agent.Message.user("When?")], endpoint(fake, stream=stream))
     assert (result.steps, result.stop_reason, result.text) == (2, "end_turn", "The next one is in August.")
@@ -207,7 +209,7 @@ def test_a_pause_turn_sends_the_transcript_back_and_the_run_goes_on(fake: FakeAn
     assert continued[-1]["role"] == "assistant" and continued[-1]["content"][-1]["type"] == "server_tool_use"
 
 
-def test_images_and_documents_go_with_base64_url_and_text_sources(fake: FakeAnthropic) -> None:
+def test_images_and_documents_go_with_base64_url_and_text_sources(fake: FakeMessagesAPI) -> None:
     fake.add(Reply([text("a cat")]))
     notes = base64.b64encode(b"plain notes").decode()
     message = agent.Message.user(
@@ -239,7 +241,7 @@ def screenshot(page: str) -> list[agent.Content]:
     return [C.of_text(f"screenshot of {page}"), C.image(media_type="image/png", data=PNG)]
 
 
-def test_a_tools_images_go_inside_its_tool_result(fake: FakeAnthropic) -> None:
+def test_a_tools_images_go_inside_its_tool_result(fake: FakeMessagesAPI) -> None:
     fake.add(Reply([tool_use("toolu_1", "screenshot", {"page": "/"})]), Reply([text("looks fine")]))
     agent.Runner().run(agent.Spec(tools=[screenshot]), [agent.Message.user("look")], endpoint(fake, cache=False))
     assert fake.requests[1].body["messages"][2]["content"] == [
@@ -254,7 +256,9 @@ def test_a_tools_images_go_inside_its_tool_result(fake: FakeAnthropic) -> None:
     ]
 
 
-def test_the_cache_breakpoints_are_on_tools_system_and_the_transcript_never_more_than_four(fake: FakeAnthropic) -> None:
+def test_the_cache_breakpoints_are_on_tools_system_and_the_transcript_never_more_than_four(
+    fake: FakeMessagesAPI,
+) -> None:
     fake.add(Reply([tool_use("toolu_1", "weather", {"city": "Bern"})]), Reply([text("21")]))
     spec = agent.Spec(tools=[weather, screenshot], system="You report weather.")
     agent.Runner().run(spec, [agent.Message.user("Weather?")], endpoint(fake))
@@ -267,14 +271,14 @@ def test_the_cache_breakpoints_are_on_tools_system_and_the_transcript_never_more
     assert marked == [second["messages"][0]["content"][0], second["messages"][2]["content"][0]]
 
 
-def test_cache_false_sends_no_breakpoint(fake: FakeAnthropic) -> None:
+def test_cache_false_sends_no_breakpoint(fake: FakeMessagesAPI) -> None:
     fake.add(Reply([text("ok")]))
     endpoint(fake, cache=False).complete(agent.ModelRequest("Be brief.", (agent.Message.user("a"),), (weather,)))
     assert "cache_control" not in json.dumps(fake.requests[0].body)
     assert fake.requests[0].body["system"] == "Be brief."
 
 
-def test_thinking_blocks_are_never_marked_for_the_cache(fake: FakeAnthropic) -> None:
+def test_thinking_blocks_are_never_marked_for_the_cache(fake: FakeMessagesAPI) -> None:
     fake.add(Reply([text("ok")]))
     reasoning = "hm"
     prefill = agent.Message(agent.Role.ASSISTANT, [C.of_text("Sure"), C.thinking(reasoning, sign(reasoning))])
@@ -283,7 +287,7 @@ def test_thinking_blocks_are_never_marked_for_the_cache(fake: FakeAnthropic) -> 
 
 
 def test_usage_counts_cache_reads_and_writes_apart_and_the_run_sums_them() -> None:
-    with FakeAnthropic(api_key=KEY, count_tokens=True) as fake:
+    with FakeMessagesAPI(api_key=KEY, count_tokens=True) as fake:
         fake.add(
             *[Reply([tool_use(f"toolu_{i}", "weather", {"city": "Bern" * 200})]) for i in range(3)], Reply([text("ok")])
         )
@@ -311,7 +315,7 @@ def test_usage_counts_cache_reads_and_writes_apart_and_the_run_sums_them() -> No
     ({"tools": []}, "from Spec.tools"),
 ])  # fmt: skip
 def test_extra_body_is_merged_and_the_endpoints_own_keys_are_refused(
-    fake: FakeAnthropic, body: dict[str, Any], complaint: str
+    fake: FakeMessagesAPI, body: dict[str, Any], complaint: str
 ) -> None:
     if complaint:
         with pytest.raises(ValueError, match=complaint):
@@ -322,7 +326,7 @@ def test_extra_body_is_merged_and_the_endpoints_own_keys_are_refused(
     assert {k: fake.requests[0].body[k] for k in body} == body
 
 
-def test_thinking_takes_a_budget_or_the_apis_object(fake: FakeAnthropic) -> None:
+def test_thinking_takes_a_budget_or_the_apis_object(fake: FakeMessagesAPI) -> None:
     fake.add(Reply([text("ok")]))
     endpoint(fake, thinking={"type": "adaptive"}).complete(agent.ModelRequest("", (agent.Message.user("a"),)))
     assert fake.requests[0].body["thinking"] == {"type": "adaptive"}
@@ -337,7 +341,7 @@ def test_thinking_takes_a_budget_or_the_apis_object(fake: FakeAnthropic) -> None
 )
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_malformed_usage_is_a_decoding_error_whole_or_streamed(usage: object, stream: bool) -> None:
-    from tests.fakes.fake_server import RawServer
+    from agentsessions.testing.fakes.server import RawServer
 
     message = {
         "type": "message",

@@ -20,19 +20,19 @@ from agentsessions.endpoints import (
     EndpointTransportError,
     OpenAIEndpoint,
 )
-from tests.fakes.fake_anthropic import FakeAnthropic, text
-from tests.fakes.fake_anthropic import Reply as AnthropicReply
-from tests.fakes.fake_openai import FakeOpenAI
-from tests.fakes.fake_openai import Reply as OpenAIReply
-from tests.fakes.fake_server import Drop, Fail, RawServer, Stall
+from agentsessions.testing.fakes.chat_completions import FakeChatCompletionsAPI
+from agentsessions.testing.fakes.chat_completions import Reply as OpenAIReply
+from agentsessions.testing.fakes.messages import FakeMessagesAPI, text
+from agentsessions.testing.fakes.messages import Reply as AnthropicReply
+from agentsessions.testing.fakes.server import Drop, Fail, RawServer, Stall
 
 KEY = "sk-test-errors-1f2e3d4c"
 HI = agent.ModelRequest("", (agent.Message.user("Hi"),))
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeAnthropic]:
-    with FakeAnthropic(api_key=KEY) as server:
+def fake() -> Iterator[FakeMessagesAPI]:
+    with FakeMessagesAPI(api_key=KEY) as server:
         yield server
 
 
@@ -82,7 +82,7 @@ def test_a_host_name_that_does_not_resolve_says_so() -> None:
     assert "NameResolutionError" not in message and "HTTPConnectionPool" not in message, message
 
 
-def test_a_connection_that_keeps_dropping_is_a_transport_error(fake: FakeAnthropic) -> None:
+def test_a_connection_that_keeps_dropping_is_a_transport_error(fake: FakeMessagesAPI) -> None:
     fake.add(Drop(), Drop())
     with pytest.raises(EndpointTransportError) as caught:
         claude(fake.origin, max_retries=1).complete(HI)
@@ -90,21 +90,21 @@ def test_a_connection_that_keeps_dropping_is_a_transport_error(fake: FakeAnthrop
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
-def test_a_silent_server_is_a_timeout_error(fake: FakeAnthropic, stream: bool) -> None:
+def test_a_silent_server_is_a_timeout_error(fake: FakeMessagesAPI, stream: bool) -> None:
     fake.add(Stall(5))
     with pytest.raises(TimeoutError) as caught:
         claude(fake.origin, stream=stream, timeout=(1, 0.2)).complete(HI)
     assert isinstance(caught.value, EndpointTimeoutError) and isinstance(caught.value, ConnectionError)
 
 
-def test_a_stream_cut_short_is_a_transport_error(fake: FakeAnthropic) -> None:
+def test_a_stream_cut_short_is_a_transport_error(fake: FakeMessagesAPI) -> None:
     fake.add(AnthropicReply([text("partial answer")], cut_after=4))
     with pytest.raises(EndpointTransportError) as caught:
         claude(fake.origin, stream=True, max_retries=0).complete(HI)
     assert not isinstance(caught.value, TimeoutError) and caught.value.status == 0
 
 
-def test_anthropics_error_answer_is_a_status_error_with_its_request_id(fake: FakeAnthropic) -> None:
+def test_anthropics_error_answer_is_a_status_error_with_its_request_id(fake: FakeMessagesAPI) -> None:
     fake.add(*[Fail(529, "overloaded_error", "Overloaded")] * 3)
     with pytest.raises(EndpointStatusError) as caught:
         claude(fake.origin).complete(HI)
@@ -119,7 +119,7 @@ def test_anthropics_error_answer_is_a_status_error_with_its_request_id(fake: Fak
 
 
 def test_openais_error_answer_carries_its_x_request_id() -> None:
-    with FakeOpenAI(api_key=KEY) as fake:
+    with FakeChatCompletionsAPI(api_key=KEY) as fake:
         wrong = OpenAIEndpoint("gpt-test", api_key="sk-wrong", base_url=fake.url)
         with pytest.raises(EndpointStatusError) as caught:
             wrong.complete(HI)
@@ -130,7 +130,7 @@ def test_openais_error_answer_carries_its_x_request_id() -> None:
     )
 
 
-def test_an_error_event_inside_a_stream_is_a_status_error(fake: FakeAnthropic) -> None:
+def test_an_error_event_inside_a_stream_is_a_status_error(fake: FakeMessagesAPI) -> None:
     fake.add(AnthropicReply([text("partial answer")], error_after=4))
     with pytest.raises(EndpointStatusError) as caught:
         claude(fake.origin, stream=True).complete(HI)
@@ -140,7 +140,7 @@ def test_an_error_event_inside_a_stream_is_a_status_error(fake: FakeAnthropic) -
 
 def test_an_error_chunk_inside_an_openai_stream_is_a_status_error() -> None:
     with (
-        FakeOpenAI([OpenAIReply("partial", error_after=2)], api_key=KEY) as fake,
+        FakeChatCompletionsAPI([OpenAIReply("partial", error_after=2)], api_key=KEY) as fake,
         pytest.raises(EndpointStatusError) as caught,
     ):
         OpenAIEndpoint("gpt-test", api_key=KEY, base_url=fake.url, stream=True).complete(HI)

@@ -20,11 +20,11 @@ import requests
 import agentsessions as agent
 from agentsessions import events as ev
 from agentsessions.endpoints import AnthropicEndpoint, EndpointError, EndpointTimeoutError, OpenAIEndpoint, by_name
-from tests.fakes.fake_anthropic import FakeAnthropic, text
-from tests.fakes.fake_anthropic import Reply as AnthropicReply
-from tests.fakes.fake_openai import Call, FakeOpenAI
-from tests.fakes.fake_openai import Reply as OpenAIReply
-from tests.fakes.fake_server import Drop, Fail, FakeServer, RawServer, Stall
+from agentsessions.testing.fakes.chat_completions import Call, FakeChatCompletionsAPI
+from agentsessions.testing.fakes.chat_completions import Reply as OpenAIReply
+from agentsessions.testing.fakes.messages import FakeMessagesAPI, text
+from agentsessions.testing.fakes.messages import Reply as AnthropicReply
+from agentsessions.testing.fakes.server import Drop, Fail, FakeServer, RawServer, Stall
 
 KEY = "sk-test-4b1d-6e2f-never-print-me-0a9c"
 HI = agent.ModelRequest("", (agent.Message.user("Hi"),))
@@ -32,12 +32,12 @@ OK = AnthropicReply([text("ok")])
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeAnthropic]:
-    with FakeAnthropic(api_key=KEY) as server:
+def fake() -> Iterator[FakeMessagesAPI]:
+    with FakeMessagesAPI(api_key=KEY) as server:
         yield server
 
 
-def claude(fake: FakeAnthropic, **options: Any) -> AnthropicEndpoint:
+def claude(fake: FakeMessagesAPI, **options: Any) -> AnthropicEndpoint:
     """An endpoint on ``fake`` that retries twice (the default), without waiting."""
     return AnthropicEndpoint("claude-test", api_key=KEY, base_url=fake.origin, **{"backoff": 0, **options})
 
@@ -45,19 +45,19 @@ def claude(fake: FakeAnthropic, **options: Any) -> AnthropicEndpoint:
 # Retries
 
 
-def test_overloaded_is_retried_until_it_answers(fake: FakeAnthropic) -> None:
+def test_overloaded_is_retried_until_it_answers(fake: FakeMessagesAPI) -> None:
     fake.add(Fail(529, "overloaded_error", "Overloaded"), Fail(529, "overloaded_error", "Overloaded"), OK)
     assert claude(fake).complete(HI).message.text == "ok"
     assert fake.attempts == 3
 
 
 @pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 504, 529])
-def test_each_transient_status_is_retried(fake: FakeAnthropic, status: int) -> None:
+def test_each_transient_status_is_retried(fake: FakeMessagesAPI, status: int) -> None:
     fake.add(Fail(status, "api_error", "try again"), OK)
     assert claude(fake).complete(HI).message.text == "ok"
 
 
-def test_when_retries_run_out_the_last_error_reaches_the_caller_intact(fake: FakeAnthropic) -> None:
+def test_when_retries_run_out_the_last_error_reaches_the_caller_intact(fake: FakeMessagesAPI) -> None:
     fake.add(*[Fail(529, "overloaded_error", "Overloaded")] * 3)
     with pytest.raises(EndpointError) as caught:
         claude(fake).complete(HI)
@@ -67,14 +67,14 @@ def test_when_retries_run_out_the_last_error_reaches_the_caller_intact(fake: Fak
 
 
 @pytest.mark.parametrize("status", [400, 401, 403, 404, 413])
-def test_client_errors_are_never_retried(fake: FakeAnthropic, status: int) -> None:
+def test_client_errors_are_never_retried(fake: FakeMessagesAPI, status: int) -> None:
     fake.add(Fail(status, "invalid_request_error", "no", retry_after="0"), OK)
     with pytest.raises(EndpointError) as caught:
         claude(fake).complete(HI)
     assert caught.value.status == status and fake.attempts == 1
 
 
-def test_retry_after_is_honoured_up_to_max_retry_wait(fake: FakeAnthropic) -> None:
+def test_retry_after_is_honoured_up_to_max_retry_wait(fake: FakeMessagesAPI) -> None:
     fake.add(Fail(429, "rate_limit_error", "slow down", retry_after="3600"), OK)
     started = time.monotonic()
     assert claude(fake, max_retry_wait=1).complete(HI).message.text == "ok"
@@ -82,13 +82,13 @@ def test_retry_after_is_honoured_up_to_max_retry_wait(fake: FakeAnthropic) -> No
     assert 1 <= time.monotonic() - started < 5
 
 
-def test_a_dropped_connection_is_retried(fake: FakeAnthropic) -> None:
+def test_a_dropped_connection_is_retried(fake: FakeMessagesAPI) -> None:
     fake.add(Drop(), OK)
     assert claude(fake).complete(HI).message.text == "ok"
     assert fake.attempts == 2
 
 
-def test_a_connection_that_keeps_dropping_is_an_error_without_status(fake: FakeAnthropic) -> None:
+def test_a_connection_that_keeps_dropping_is_an_error_without_status(fake: FakeMessagesAPI) -> None:
     fake.add(Drop(), Drop())
     with pytest.raises(EndpointError) as caught:
         claude(fake, max_retries=1).complete(HI)
@@ -99,7 +99,7 @@ def test_a_connection_that_keeps_dropping_is_an_error_without_status(fake: FakeA
 # Timeouts and unreachable servers
 
 
-def test_a_post_slower_than_the_read_timeout_is_not_sent_again(fake: FakeAnthropic) -> None:
+def test_a_post_slower_than_the_read_timeout_is_not_sent_again(fake: FakeMessagesAPI) -> None:
     # The request went out: the provider may be doing, and billing, the work already.
     fake.add(Stall(5), OK)
     with pytest.raises(EndpointTimeoutError, match="timed out") as caught:
@@ -108,7 +108,7 @@ def test_a_post_slower_than_the_read_timeout_is_not_sent_again(fake: FakeAnthrop
     assert fake.attempts == 1
 
 
-def test_read_timeout_retries_are_opt_in(fake: FakeAnthropic) -> None:
+def test_read_timeout_retries_are_opt_in(fake: FakeMessagesAPI) -> None:
     fake.add(Stall(5), Stall(5), OK)
     assert claude(fake, timeout=(1, 0.2), retry_read_timeouts=True).complete(HI).message.text == "ok"
     assert fake.attempts == 3
@@ -118,13 +118,13 @@ def test_read_timeout_retries_are_opt_in(fake: FakeAnthropic) -> None:
     assert fake.attempts == 5
 
 
-def test_what_is_safe_is_still_retried_without_the_option(fake: FakeAnthropic) -> None:
+def test_what_is_safe_is_still_retried_without_the_option(fake: FakeMessagesAPI) -> None:
     fake.add(Drop(), Fail(529, "overloaded_error", "Overloaded", retry_after="0"), OK)
     assert claude(fake).complete(HI).message.text == "ok"
     assert fake.attempts == 3
 
 
-def test_a_stream_that_stalls_times_out(fake: FakeAnthropic) -> None:
+def test_a_stream_that_stalls_times_out(fake: FakeMessagesAPI) -> None:
     fake.add(Stall(5))
     with pytest.raises(EndpointError, match="timed out"):
         claude(fake, timeout=0.2, max_retries=0, stream=True).complete(HI)
@@ -183,7 +183,7 @@ def test_an_answer_without_a_finish_reason_has_no_stop_reason() -> None:
     assert (response.message.text, response.stop_reason) == ("hi", "")
 
 
-def test_a_redirect_is_reported_not_followed(fake: FakeAnthropic) -> None:
+def test_a_redirect_is_reported_not_followed(fake: FakeMessagesAPI) -> None:
     # Following it would carry x-api-key to another host (requests strips only Authorization).
     with (
         RawServer(307, b"", {"location": fake.origin + "/v1/messages"}, path="/v1/messages") as redirecting,
@@ -196,7 +196,7 @@ def test_a_redirect_is_reported_not_followed(fake: FakeAnthropic) -> None:
 # Sessions
 
 
-def test_a_callers_session_is_used_as_it_is_and_left_open(fake: FakeAnthropic) -> None:
+def test_a_callers_session_is_used_as_it_is_and_left_open(fake: FakeMessagesAPI) -> None:
     session = requests.Session()
     fake.add(Fail(529, "overloaded_error", "Overloaded"), OK)
     with claude(fake, session=session) as endpoint, pytest.raises(EndpointError):
@@ -240,7 +240,7 @@ class Provider:
 
 PROVIDERS = {
     "anthropic": Provider(
-        FakeAnthropic,
+        FakeMessagesAPI,
         lambda origin: AnthropicEndpoint("m", api_key=KEY, base_url=origin, stream=True, backoff=0),
         [
             AnthropicReply([{"type": "tool_use", "id": "toolu_1", "name": "echo", "input": {"word": "x"}}]),
@@ -248,7 +248,7 @@ PROVIDERS = {
         ],
     ),
     "openai": Provider(
-        FakeOpenAI,
+        FakeChatCompletionsAPI,
         lambda origin: OpenAIEndpoint("m", api_key=KEY, base_url=origin + "/v1", stream=True, backoff=0),
         [OpenAIReply(None, [Call("call_1", "echo", '{"word": "x"}')]), OpenAIReply("done")],
     ),

@@ -11,7 +11,7 @@ import agentsessions as agent
 from agentsessions import events as ev
 from agentsessions.endpoints import EndpointError, OpenAIEndpoint
 from agentsessions.stores.memory import MemoryStore
-from tests.fakes.fake_openai import TOOL_WITHOUT_CALL, Call, FakeOpenAI, Reply, mask
+from agentsessions.testing.fakes.chat_completions import TOOL_WITHOUT_CALL, Call, FakeChatCompletionsAPI, Reply, mask
 
 KEY = "sk-proj-test-8c7b6a5f4e3d-never-print-me"
 ODD_ARGUMENTS = '{"z":1,"a":[1, 2],"z":3}'  # duplicate keys and mixed spacing: must survive byte for byte
@@ -19,12 +19,12 @@ WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, 
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeOpenAI]:
-    with FakeOpenAI(api_key=KEY) as server:
+def fake() -> Iterator[FakeChatCompletionsAPI]:
+    with FakeChatCompletionsAPI(api_key=KEY) as server:
         yield server
 
 
-def endpoint(fake: FakeOpenAI, **options: Any) -> OpenAIEndpoint:
+def endpoint(fake: FakeChatCompletionsAPI, **options: Any) -> OpenAIEndpoint:
     return OpenAIEndpoint("gpt-test", api_key=KEY, base_url=fake.url, backoff=0, **options)
 
 
@@ -32,7 +32,7 @@ def ask(endpoint: OpenAIEndpoint, *messages: agent.Message, **fields: Any) -> ag
     return endpoint.complete(agent.ModelRequest(fields.pop("system", ""), messages, **fields))
 
 
-def test_the_request_is_the_chat_completions_wire_format(fake: FakeOpenAI) -> None:
+def test_the_request_is_the_chat_completions_wire_format(fake: FakeChatCompletionsAPI) -> None:
     fake.add(Reply("ok"))
     weather = agent.Tool("weather", "The weather in a city.", WEATHER_SCHEMA, lambda city: "sunny")
     transcript = [
@@ -76,7 +76,7 @@ def test_the_request_is_the_chat_completions_wire_format(fake: FakeOpenAI) -> No
     }  # fmt: skip
 
 
-def test_the_answer_maps_onto_a_model_response(fake: FakeOpenAI) -> None:
+def test_the_answer_maps_onto_a_model_response(fake: FakeChatCompletionsAPI) -> None:
     fake.add(Reply("Checking.", [Call("call_9", "weather", ODD_ARGUMENTS)], prompt_tokens=42, completion_tokens=17))
     response = ask(endpoint(fake), agent.Message.user("Weather?"))
     assert response == agent.ModelResponse(
@@ -104,7 +104,7 @@ STOP_REASONS = ["end_turn", "tool_use", "tool_use", "max_tokens", "content_filte
 @pytest.mark.parametrize(
     ("reply", "stop_reason"), list(zip(REPLIES.values(), STOP_REASONS, strict=True)), ids=list(REPLIES)
 )
-def test_streaming_and_not_give_the_same_response(fake: FakeOpenAI, reply: Reply, stop_reason: str) -> None:
+def test_streaming_and_not_give_the_same_response(fake: FakeChatCompletionsAPI, reply: Reply, stop_reason: str) -> None:
     fake.add(reply, reply)
     whole = ask(endpoint(fake), agent.Message.user("Hi"))
     pieces: list[str] = []
@@ -116,7 +116,7 @@ def test_streaming_and_not_give_the_same_response(fake: FakeOpenAI, reply: Reply
     assert "stream" not in fake.requests[0].body and "stream_options" not in fake.requests[0].body
 
 
-def test_a_server_repeating_each_calls_id_and_name_is_read_once(fake: FakeOpenAI) -> None:
+def test_a_server_repeating_each_calls_id_and_name_is_read_once(fake: FakeChatCompletionsAPI) -> None:
     calls = [Call("call_1", "get", '{"city": "Zürich", "days": 3}'), Call("call_2", "put", "{}")]
     fake.add(Reply(None, calls), Reply(None, calls, repeat_call_head=True))
     whole = ask(endpoint(fake), agent.Message.user("x"))
@@ -129,7 +129,7 @@ def test_a_server_repeating_each_calls_id_and_name_is_read_once(fake: FakeOpenAI
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
-def test_calls_share_one_connection(fake: FakeOpenAI, stream: bool) -> None:
+def test_calls_share_one_connection(fake: FakeChatCompletionsAPI, stream: bool) -> None:
     # A streamed answer is read past [DONE] to its chunked body's end, so its connection is reused.
     fake.add(*[Reply("hello", [Call("call_1", "f", '{"a": 1}')])] * 4)
     with endpoint(fake, stream=stream) as gpt:
@@ -138,14 +138,14 @@ def test_calls_share_one_connection(fake: FakeOpenAI, stream: bool) -> None:
     assert (fake.attempts, fake.connections) == (4, 1)
 
 
-def test_the_text_goes_to_on_text_as_it_arrives(fake: FakeOpenAI) -> None:
+def test_the_text_goes_to_on_text_as_it_arrives(fake: FakeChatCompletionsAPI) -> None:
     fake.add(Reply("abcdefghij"))
     pieces: list[str] = []
     ask(endpoint(fake, stream=True), agent.Message.user("x"), on_text=pieces.append)
     assert pieces == ["abcd", "efgh", "ij"]
 
 
-def test_an_error_chunk_in_the_stream_is_raised_as_the_provider_gave_it(fake: FakeOpenAI) -> None:
+def test_an_error_chunk_in_the_stream_is_raised_as_the_provider_gave_it(fake: FakeChatCompletionsAPI) -> None:
     fake.add(Reply("partial answer", error_after=2))
     with pytest.raises(EndpointError) as caught:
         ask(endpoint(fake, stream=True), agent.Message.user("x"))
@@ -153,14 +153,14 @@ def test_an_error_chunk_in_the_stream_is_raised_as_the_provider_gave_it(fake: Fa
     assert caught.value.message == "The server had an error while processing your request."
 
 
-def test_a_stream_without_done_is_an_error_without_status(fake: FakeOpenAI) -> None:
+def test_a_stream_without_done_is_an_error_without_status(fake: FakeChatCompletionsAPI) -> None:
     fake.add(Reply("partial answer", cut_after=3))
     with pytest.raises(EndpointError, match=r"\[DONE\]|failed") as caught:
         ask(endpoint(fake, stream=True, max_retries=0), agent.Message.user("x"))
     assert caught.value.status == 0
 
 
-def test_a_tool_message_without_its_call_is_the_api_s_error(fake: FakeOpenAI) -> None:
+def test_a_tool_message_without_its_call_is_the_api_s_error(fake: FakeChatCompletionsAPI) -> None:
     transcript = [agent.Message.user("Hi"), agent.Message(agent.Role.USER, [agent.Content.tool_result("call_x", "")])]
     with pytest.raises(EndpointError) as caught:
         ask(endpoint(fake), *transcript)
@@ -171,7 +171,7 @@ def test_a_tool_message_without_its_call_is_the_api_s_error(fake: FakeOpenAI) ->
     )
 
 
-def test_a_wrong_key_is_echoed_masked_and_never_whole(fake: FakeOpenAI) -> None:
+def test_a_wrong_key_is_echoed_masked_and_never_whole(fake: FakeChatCompletionsAPI) -> None:
     wrong = "sk-wrong-key-that-is-long-enough-1234"
     with pytest.raises(EndpointError) as caught:
         ask(OpenAIEndpoint("gpt-test", api_key=wrong, base_url=fake.url), agent.Message.user("x"))
@@ -179,7 +179,7 @@ def test_a_wrong_key_is_echoed_masked_and_never_whole(fake: FakeOpenAI) -> None:
     assert mask(wrong) in caught.value.message and wrong not in str(caught.value)
 
 
-def test_the_key_comes_from_the_environment(fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_key_comes_from_the_environment(fake: FakeChatCompletionsAPI, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     fake.add(Reply("ok"))
     assert ask(OpenAIEndpoint("gpt-test", base_url=fake.url), agent.Message.user("x")).message.text == "ok"
@@ -188,17 +188,17 @@ def test_the_key_comes_from_the_environment(fake: FakeOpenAI, monkeypatch: pytes
         OpenAIEndpoint("gpt-test")
 
 
-def test_the_token_limit_can_go_under_its_older_name(fake: FakeOpenAI) -> None:
+def test_the_token_limit_can_go_under_its_older_name(fake: FakeChatCompletionsAPI) -> None:
     fake.add(Reply("ok"))
     ask(endpoint(fake, max_tokens=77, max_tokens_param="max_tokens"), agent.Message.user("x"))
     assert fake.requests[0].body["max_tokens"] == 77 and "max_completion_tokens" not in fake.requests[0].body
 
 
-def test_the_repr_shows_the_model_and_url_only(fake: FakeOpenAI) -> None:
+def test_the_repr_shows_the_model_and_url_only(fake: FakeChatCompletionsAPI) -> None:
     assert repr(endpoint(fake)) == f"OpenAIEndpoint(model='gpt-test', base_url='{fake.url}')"
 
 
-def run_agent(stream: bool) -> tuple[agent.Result, list[ev.Event], FakeOpenAI]:
+def run_agent(stream: bool) -> tuple[agent.Result, list[ev.Event], FakeChatCompletionsAPI]:
     """A ReAct run with a tool and two steers (one before the run, one while the tool runs)."""
     session = agent.open("conversation", MemoryStore())
 
@@ -214,7 +214,7 @@ def run_agent(stream: bool) -> tuple[agent.Result, list[ev.Event], FakeOpenAI]:
     ]
     events: list[ev.Event] = []
     session.steer("In Celsius, please.")
-    with FakeOpenAI(script, api_key=KEY) as fake:
+    with FakeChatCompletionsAPI(script, api_key=KEY) as fake:
         spec = agent.Spec(tools=[weather], system="You report weather.", session=session)
         result = agent.Runner().run(
             spec, [agent.Message.user("Weather in Zürich?")], endpoint(fake, stream=stream), events=events.append

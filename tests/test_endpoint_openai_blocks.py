@@ -12,8 +12,8 @@ import pytest
 import agentsessions as agent
 from agentsessions.endpoints import EndpointDecodingError, OpenAIEndpoint
 from agentsessions.stores.memory import MemoryStore
-from tests.fakes.fake_openai import Call, FakeOpenAI, Reply
-from tests.fakes.fake_server import FakeServer, Handler, RawServer
+from agentsessions.testing.fakes.chat_completions import Call, FakeChatCompletionsAPI, Reply
+from agentsessions.testing.fakes.server import FakeServer, Handler, RawServer
 
 KEY = "sk-openai-blocks"
 C = agent.Content
@@ -21,12 +21,12 @@ PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAW
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeOpenAI]:
-    with FakeOpenAI(api_key=KEY) as server:
+def fake() -> Iterator[FakeChatCompletionsAPI]:
+    with FakeChatCompletionsAPI(api_key=KEY) as server:
         yield server
 
 
-def endpoint(fake: FakeOpenAI, **options: Any) -> OpenAIEndpoint:
+def endpoint(fake: FakeChatCompletionsAPI, **options: Any) -> OpenAIEndpoint:
     return OpenAIEndpoint("gpt-test", api_key=KEY, base_url=fake.url, backoff=0, **options)
 
 
@@ -34,7 +34,7 @@ def ask(client: OpenAIEndpoint, *messages: agent.Message) -> agent.ModelResponse
     return client.complete(agent.ModelRequest("", messages))
 
 
-def test_images_go_as_image_url_parts_and_documents_as_file_parts(fake: FakeOpenAI) -> None:
+def test_images_go_as_image_url_parts_and_documents_as_file_parts(fake: FakeChatCompletionsAPI) -> None:
     fake.add(Reply("a cat"))
     message = agent.Message.user(
         "what is this?",
@@ -59,7 +59,7 @@ def screenshot(page: str) -> list[agent.Content]:
     return [C.of_text(f"screenshot of {page}"), C.image(media_type="image/png", data=PNG)]
 
 
-def test_a_tools_images_come_in_a_user_message_right_after_the_tool_messages(fake: FakeOpenAI) -> None:
+def test_a_tools_images_come_in_a_user_message_right_after_the_tool_messages(fake: FakeChatCompletionsAPI) -> None:
     fake.add(Reply(tool_calls=[Call("call_1", "screenshot", '{"page": "/"}')]), Reply("looks fine"))
     session = agent.open("s", MemoryStore())
     session.steer("and be quick")
@@ -75,7 +75,7 @@ def test_a_tools_images_come_in_a_user_message_right_after_the_tool_messages(fak
     assert sent[0]["content"] == [{"type": "text", "text": "look"}, {"type": "text", "text": "and be quick"}]
 
 
-def test_thinking_redacted_thinking_and_raw_blocks_are_left_out_never_an_error(fake: FakeOpenAI) -> None:
+def test_thinking_redacted_thinking_and_raw_blocks_are_left_out_never_an_error(fake: FakeChatCompletionsAPI) -> None:
     fake.add(Reply("ok"))
     reply = agent.Message(
         agent.Role.ASSISTANT,
@@ -95,13 +95,15 @@ def test_thinking_redacted_thinking_and_raw_blocks_are_left_out_never_an_error(f
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_cached_prompt_tokens_are_cache_reads_and_not_input(fake: FakeOpenAI, stream: bool) -> None:
+def test_cached_prompt_tokens_are_cache_reads_and_not_input(fake: FakeChatCompletionsAPI, stream: bool) -> None:
     fake.add(Reply("ok", prompt_tokens=2006, completion_tokens=300, cached_tokens=1920))
     assert ask(endpoint(fake, stream=stream), agent.Message.user("q")).usage == agent.Usage(86, 300, 1920, 0)
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_compatible_servers_reasoning_content_comes_as_unsigned_thinking(fake: FakeOpenAI, stream: bool) -> None:
+def test_a_compatible_servers_reasoning_content_comes_as_unsigned_thinking(
+    fake: FakeChatCompletionsAPI, stream: bool
+) -> None:
     fake.add(Reply("42", reasoning_content="Six times seven."), Reply("ok"))
     answer = ask(endpoint(fake, stream=stream), agent.Message.user("q"))
     assert answer.message.content == (C.thinking("Six times seven."), C.of_text("42"))
@@ -110,7 +112,7 @@ def test_a_compatible_servers_reasoning_content_comes_as_unsigned_thinking(fake:
     assert fake.requests[1].body["messages"][1] == {"role": "assistant", "content": "42"}
 
 
-def test_reasoning_effort_is_sent_when_set(fake: FakeOpenAI) -> None:
+def test_reasoning_effort_is_sent_when_set(fake: FakeChatCompletionsAPI) -> None:
     fake.add(Reply("a"), Reply("b"))
     ask(endpoint(fake, reasoning_effort="high"), agent.Message.user("q"))
     ask(endpoint(fake), agent.Message.user("q"))
@@ -129,7 +131,9 @@ def test_reasoning_effort_is_sent_when_set(fake: FakeOpenAI) -> None:
     ({"reasoning_effort": "low"}, "from its reasoning_effort option"),
     ({"temperature": float("nan")}, "extra_body must be JSON"),
 ])  # fmt: skip
-def test_extra_body_is_merged_and_its_own_keys_refused(fake: FakeOpenAI, body: dict[str, Any], complaint: str) -> None:
+def test_extra_body_is_merged_and_its_own_keys_refused(
+    fake: FakeChatCompletionsAPI, body: dict[str, Any], complaint: str
+) -> None:
     if complaint:
         with pytest.raises(ValueError, match=complaint):
             endpoint(fake, extra_body=body)

@@ -18,9 +18,9 @@ from agentsessions.endpoints import (
 )
 from agentsessions.endpoints._responses_read import Stream
 from agentsessions.stores.memory import MemoryStore
-from tests.fakes.fake_openai import Call
-from tests.fakes.fake_responses import Answer, FakeResponses
-from tests.fakes.fake_server import Fail, RawServer
+from agentsessions.testing.fakes.chat_completions import Call
+from agentsessions.testing.fakes.responses import Answer, FakeResponsesAPI
+from agentsessions.testing.fakes.server import Fail, RawServer
 from tests.support.sse_pieces import assembled
 
 KEY = "sk-responses-test-key"
@@ -33,12 +33,12 @@ SEARCH = {"id": "ws_1", "type": "web_search_call", "status": "completed", "actio
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeResponses]:
-    with FakeResponses(api_key=KEY) as server:
+def fake() -> Iterator[FakeResponsesAPI]:
+    with FakeResponsesAPI(api_key=KEY) as server:
         yield server
 
 
-def endpoint(fake: FakeResponses, **options: Any) -> OpenAIResponsesEndpoint:
+def endpoint(fake: FakeResponsesAPI, **options: Any) -> OpenAIResponsesEndpoint:
     return OpenAIResponsesEndpoint("gpt-test", api_key=KEY, base_url=fake.url, backoff=0, **options)
 
 
@@ -46,7 +46,7 @@ def ask(client: OpenAIResponsesEndpoint, *messages: agent.Message, **fields: Any
     return client.complete(agent.ModelRequest(fields.pop("system", ""), messages, **fields))
 
 
-def test_the_request_is_the_responses_wire_format(fake: FakeResponses) -> None:
+def test_the_request_is_the_responses_wire_format(fake: FakeResponsesAPI) -> None:
     fake.add(Answer("ok"))
     weather = agent.Tool("weather", "The weather in a city.", SCHEMA, lambda city: "sunny")
     transcript = [
@@ -104,7 +104,7 @@ def screenshot(page: str) -> list[agent.Content]:
     return [C.of_text(f"screenshot of {page}"), C.image(media_type="image/png", data=PNG)]
 
 
-def test_media_a_tool_returned_go_inside_its_output(fake: FakeResponses) -> None:
+def test_media_a_tool_returned_go_inside_its_output(fake: FakeResponsesAPI) -> None:
     fake.add(Answer(calls=[Call("call_s", "screenshot", '{"page": "home"}')]), Answer("a page"))
     session = agent.open("s", MemoryStore())
     result = agent.Runner().run(
@@ -144,7 +144,7 @@ STOP_REASONS = [
 @pytest.mark.parametrize(
     ("answer", "stop_reason"), list(zip(ANSWERS.values(), STOP_REASONS, strict=True)), ids=list(ANSWERS)
 )
-def test_streaming_and_not_give_the_same_response(fake: FakeResponses, answer: Answer, stop_reason: str) -> None:
+def test_streaming_and_not_give_the_same_response(fake: FakeResponsesAPI, answer: Answer, stop_reason: str) -> None:
     fake.add(answer, answer)
     whole = ask(endpoint(fake), agent.Message.user("Hi"))
     texts: list[str] = []
@@ -165,7 +165,7 @@ def _same_ids(response: agent.ModelResponse) -> agent.ModelResponse:
     return agent.ModelResponse(agent.Message(agent.Role.ASSISTANT, blocks), response.stop_reason, response.usage)
 
 
-def test_the_answer_maps_onto_blocks_in_output_order(fake: FakeResponses) -> None:
+def test_the_answer_maps_onto_blocks_in_output_order(fake: FakeResponsesAPI) -> None:
     fake.add(Answer("Checking.", [Call("call_9", "weather", ODD_ARGUMENTS)], reasoning="hmm", extra=SEARCH,
                     input_tokens=42, output_tokens=17, cached_tokens=30, cache_write_tokens=10))  # fmt: skip
     response = ask(endpoint(fake), agent.Message.user("Weather?"))
@@ -193,7 +193,7 @@ def weather(city: str) -> str:
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
-def test_reasoning_goes_back_verbatim_in_place_across_a_tool_run(fake: FakeResponses, stream: bool) -> None:
+def test_reasoning_goes_back_verbatim_in_place_across_a_tool_run(fake: FakeResponsesAPI, stream: bool) -> None:
     fake.add(
         Answer("Let me look.", [Call("call_w", "weather", '{"city": "Zürich"}')], reasoning="need the weather"),
         Answer("It is sunny.", reasoning="done"),
@@ -209,7 +209,7 @@ def test_reasoning_goes_back_verbatim_in_place_across_a_tool_run(fake: FakeRespo
     assert fake.connections == 1
 
 
-def test_a_call_sent_back_without_its_reasoning_is_refused_as_the_api_does(fake: FakeResponses) -> None:
+def test_a_call_sent_back_without_its_reasoning_is_refused_as_the_api_does(fake: FakeResponsesAPI) -> None:
     fake.add(Answer(calls=[Call("call_w", "weather", '{"city": "Bern"}')], reasoning="r"))
     gpt = endpoint(fake)
     first = ask(gpt, agent.Message.user("go"))
@@ -223,7 +223,7 @@ def test_a_call_sent_back_without_its_reasoning_is_refused_as_the_api_does(fake:
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
-def test_calls_share_one_connection(fake: FakeResponses, stream: bool) -> None:
+def test_calls_share_one_connection(fake: FakeResponsesAPI, stream: bool) -> None:
     fake.add(*[Answer("hello", [Call("call_1", "f", '{"a": 1}')], reasoning="r")] * 4)
     with endpoint(fake, stream=stream) as gpt:
         for _ in range(4):
@@ -231,14 +231,14 @@ def test_calls_share_one_connection(fake: FakeResponses, stream: bool) -> None:
     assert (fake.attempts, fake.connections) == (4, 1)
 
 
-def test_the_text_goes_to_on_text_as_it_arrives(fake: FakeResponses) -> None:
+def test_the_text_goes_to_on_text_as_it_arrives(fake: FakeResponsesAPI) -> None:
     fake.add(Answer("abcdefghij"))
     texts: list[str] = []
     ask(endpoint(fake, stream=True), agent.Message.user("x"), on_text=texts.append)
     assert texts == ["abcd", "efgh", "ij"]
 
 
-def test_an_error_event_is_raised_as_the_provider_gave_it(fake: FakeResponses) -> None:
+def test_an_error_event_is_raised_as_the_provider_gave_it(fake: FakeResponsesAPI) -> None:
     fake.add(Answer("partial answer", error_after=5))
     with pytest.raises(EndpointStatusError) as caught:
         ask(endpoint(fake, stream=True), agent.Message.user("x"))
@@ -246,14 +246,14 @@ def test_an_error_event_is_raised_as_the_provider_gave_it(fake: FakeResponses) -
     assert caught.value.request_id == "req_fake0001"
 
 
-def test_a_failed_response_is_raised_with_its_error(fake: FakeResponses) -> None:
+def test_a_failed_response_is_raised_with_its_error(fake: FakeResponsesAPI) -> None:
     fake.add(Answer("partial answer", fail_after=4))
     with pytest.raises(EndpointStatusError) as caught:
         ask(endpoint(fake, stream=True), agent.Message.user("x"))
     assert (caught.value.type, caught.value.message) == ("server_error", "Something went wrong while processing.")
 
 
-def test_a_stream_cut_before_its_end_is_a_transport_error(fake: FakeResponses) -> None:
+def test_a_stream_cut_before_its_end_is_a_transport_error(fake: FakeResponsesAPI) -> None:
     fake.add(Answer("partial answer", [Call("c", "f", "{}")], cut_after=6))
     with pytest.raises(EndpointTransportError, match="Response ended prematurely"):
         ask(endpoint(fake, stream=True, max_retries=0), agent.Message.user("x"))
@@ -266,13 +266,13 @@ def test_a_stream_cut_before_its_end_is_a_transport_error(fake: FakeResponses) -
             client.complete(agent.ModelRequest("", (agent.Message.user("q"),)))
 
 
-def test_a_rate_limit_is_retried_and_the_answer_read(fake: FakeResponses) -> None:
+def test_a_rate_limit_is_retried_and_the_answer_read(fake: FakeResponsesAPI) -> None:
     fake.add(Fail(429, "rate_limit_exceeded", "Slow down.", retry_after="0"), Answer("at last"))
     assert ask(endpoint(fake, stream=True), agent.Message.user("x")).message.text == "at last"
     assert fake.attempts == 2
 
 
-def test_error_answers_keep_the_providers_message(fake: FakeResponses) -> None:
+def test_error_answers_keep_the_providers_message(fake: FakeResponsesAPI) -> None:
     fake.add(Fail(400, "invalid_request_error", "Invalid 'input[0]'."))
     with pytest.raises(EndpointStatusError) as caught:
         ask(endpoint(fake), agent.Message.user("x"))
@@ -288,7 +288,7 @@ def test_error_answers_keep_the_providers_message(fake: FakeResponses) -> None:
     assert wrong_key.value.status == 401 and "sk-wrong-key-0000" not in str(wrong_key.value)
 
 
-def test_a_function_call_output_without_its_call_is_refused(fake: FakeResponses) -> None:
+def test_a_function_call_output_without_its_call_is_refused(fake: FakeResponsesAPI) -> None:
     with pytest.raises(EndpointStatusError, match="No tool call found for function call output with call_id nope"):
         ask(endpoint(fake), agent.Message(agent.Role.USER, [C.tool_result("nope", "x")]))
 
@@ -300,7 +300,7 @@ def test_extra_body_cannot_set_what_the_endpoint_writes(key: str) -> None:
         OpenAIResponsesEndpoint("m", api_key="k", extra_body={key: 1})
 
 
-def test_extra_body_and_a_reasoning_object_are_sent(fake: FakeResponses) -> None:
+def test_extra_body_and_a_reasoning_object_are_sent(fake: FakeResponsesAPI) -> None:
     fake.add(Answer("ok"))
     gpt = endpoint(fake, reasoning={"effort": "high", "summary": "auto"}, extra_body={"tool_choice": "auto"})
     ask(gpt, agent.Message.user("x"))
@@ -316,7 +316,7 @@ def test_by_name_makes_one() -> None:
     assert endpoint.base_url == "https://api.openai.com/v1"
 
 
-def test_other_providers_raw_blocks_are_left_out_and_their_text_kept(fake: FakeResponses) -> None:
+def test_other_providers_raw_blocks_are_left_out_and_their_text_kept(fake: FakeResponsesAPI) -> None:
     fake.add(Answer("ok"))
     reply = agent.Message(agent.Role.ASSISTANT, [C.raw("anthropic", '{"type":"x"}', text="cited"), C.of_text("!")])
     ask(endpoint(fake), agent.Message.user("x"), reply, agent.Message.user("y"))
@@ -367,7 +367,7 @@ def test_a_whole_answer_that_failed_is_a_status_error() -> None:
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
-def test_a_message_with_a_phase_or_citations_goes_back_as_it_came(fake: FakeResponses, stream: bool) -> None:
+def test_a_message_with_a_phase_or_citations_goes_back_as_it_came(fake: FakeResponsesAPI, stream: bool) -> None:
     fake.add(Answer("Working on it.", phase="commentary", annotations=[CITATION]), Answer("ok"))
     gpt = endpoint(fake, stream=stream)
     first = ask(gpt, agent.Message.user("go"))

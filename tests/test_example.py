@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes import fake_anthropic, fake_openai, fake_responses
-from tests.fakes.fake_server import FakeServer
+from agentsessions.testing.fakes import chat_completions as fake_openai
+from agentsessions.testing.fakes import messages as fake_anthropic
+from agentsessions.testing.fakes import responses as fake_responses
+from agentsessions.testing.fakes.server import FakeServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,7 +52,7 @@ def _openai(script_answers: list[tuple[str, dict[str, str]] | str]) -> tuple[Fak
         fake_openai.Reply(content=a) if isinstance(a, str) else fake_openai.Reply(tool_calls=[_openai_call(*a)])
         for a in script_answers
     ]
-    server = fake_openai.FakeOpenAI(replies, api_key=KEY)
+    server = fake_openai.FakeChatCompletionsAPI(replies, api_key=KEY)
     return server, "openai:gpt-test", {"OPENAI_API_KEY": KEY}
 
 
@@ -66,7 +68,7 @@ def _responses(script_answers: list[tuple[str, dict[str, str]] | str]) -> tuple[
         else fake_responses.Answer(calls=[_openai_call(*a)], reasoning=f"call {a[0]}")
         for a in script_answers
     ]
-    server = fake_responses.FakeResponses(replies, api_key=KEY)
+    server = fake_responses.FakeResponsesAPI(replies, api_key=KEY)
     return server, "openai-responses:gpt-test", {"OPENAI_API_KEY": KEY}
 
 
@@ -77,7 +79,7 @@ def _anthropic(script_answers: list[tuple[str, dict[str, str]] | str]) -> tuple[
         else fake_anthropic.Reply([fake_anthropic.tool_use(f"toolu_{a[0]}", a[0], dict(a[1]))])
         for a in script_answers
     ]
-    server = fake_anthropic.FakeAnthropic(replies, api_key=KEY)
+    server = fake_anthropic.FakeMessagesAPI(replies, api_key=KEY)
     return server, "anthropic:claude-test", {"ANTHROPIC_API_KEY": KEY}
 
 
@@ -93,7 +95,7 @@ def test_the_example_runs_against_a_provider_over_http(
     ]
     server, model, env = provider(script)
     with server:
-        base_url = server.url if isinstance(server, fake_openai.FakeOpenAI) else server.origin
+        base_url = server.url if isinstance(server, fake_openai.FakeChatCompletionsAPI) else server.origin
         example = [sys.executable, str(ROOT / "examples" / "sessions"), "--db", str(tmp_path / "s.db")]
         done = subprocess.run(
             [*example, "--model", model, "--base-url", base_url],
@@ -113,6 +115,6 @@ def test_the_example_runs_against_a_provider_over_http(
     assert len(server.requests) == 4
     first = server.requests[0].body.get("messages") or server.requests[0].body["input"]
     assert STEER in json.dumps(first[-1])  # A's first request carried B's steer, and only it
-    if isinstance(server, fake_responses.FakeResponses):  # C sent back the reasoning A's process stored
+    if isinstance(server, fake_responses.FakeResponsesAPI):  # C sent back the reasoning A's process stored
         assert [item["type"] for item in server.requests[3].body["input"]].count("reasoning") == 3
     assert KEY not in done.stdout + done.stderr

@@ -2,7 +2,7 @@
 
 The SDK keeps one Responses body recorded from the live API (tests/fixtures/openai_responses/)
 and no recorded Responses streams. So the streams here are built by the fake server
-(tests/fakes/fake_responses.py), and every event of every stream is first validated against the
+(agentsessions/testing/fakes/responses.py), and every event of every stream is first validated against the
 SDK's own ``ResponseStreamEvent`` types. Each is served by a local server to the SDK's
 ``ResponseStreamState`` accumulation (what ``client.responses.stream`` runs) and to ours; text,
 function calls, reasoning and other items, usage and the stop reason must agree, however
@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 import agentsessions as agent
 from agentsessions.endpoints import OpenAIResponsesEndpoint
 from agentsessions.endpoints._responses_read import Stream
-from tests.fakes.fake_openai import Call
-from tests.fakes.fake_responses import Answer, FakeResponses, events
-from tests.fakes.fake_server import RawServer, Recordings
+from agentsessions.testing.fakes.chat_completions import Call
+from agentsessions.testing.fakes.responses import Answer, FakeResponsesAPI, events
+from agentsessions.testing.fakes.server import RawServer, Recordings
 from tests.support.sse_pieces import assembled
 
 openai = pytest.importorskip("openai", reason="the official SDK is in the test extra")
@@ -63,7 +63,7 @@ EVENT: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
 
 def _stream(answer: Answer) -> bytes:
     """The SSE bytes the fake sends for ``answer`` (as the second answer of its run: ids end in 0002)."""
-    fake = FakeResponses(api_key="k")
+    fake = FakeResponsesAPI(api_key="k")
     body = {"model": "gpt-test", "include": ["reasoning.encrypted_content"], "store": False}
     response = fake._response(body, answer, 2)
     out = []
@@ -182,7 +182,7 @@ def test_any_number_of_cuts_gives_the_same_answer(raw: bytes, cuts: list[int]) -
     "broken", [Answer("partial", error_after=5), Answer("partial", fail_after=5)], ids=["error", "failed"]
 )
 def test_an_error_event_and_a_failed_response_say_what_the_sdk_sees(broken: Answer) -> None:
-    with FakeResponses([broken, broken], api_key="k") as fake:
+    with FakeResponsesAPI([broken, broken], api_key="k") as fake:
         client = openai.OpenAI(base_url=fake.url, api_key="k", max_retries=0)
         seen = [event for event in client.responses.create(model="m", input="hi", stream=True)]
         ours = OpenAIResponsesEndpoint("m", api_key="k", base_url=fake.url, stream=True, max_retries=0)

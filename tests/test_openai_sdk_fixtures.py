@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import agentsessions as agent
 from agentsessions.endpoints import OpenAIEndpoint
 from agentsessions.endpoints.openai import _Stream
-from tests.fakes.fake_server import RawServer, Recordings
+from agentsessions.testing.fakes.server import RawServer, Recordings
 from tests.support.sse_pieces import assembled
 
 openai = pytest.importorskip("openai", reason="the official SDK is in the test extra")

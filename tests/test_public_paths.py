@@ -31,7 +31,9 @@ NAMED: dict[str, tuple[str, ...]] = {
     "agentsessions.stores.incremental": ("Known", "KnownSessions", "SavePlan", "new_revision", "plan_save"),
     "agentsessions.stores.failures": ("could_not",),
     "agentsessions.stores.kit.incremental": ("Known", "KnownSessions", "SavePlan", "new_revision", "plan_save"),
-    "agentsessions.stores.kit.failures": ("could_not",),
+    "agentsessions.stores.kit.failures": ("Failure", "could_not", "first_line", "plain", "translated"),
+    "agentsessions.stores.kit.listing": ("Page", "pages"),
+    "agentsessions.stores.kit.values": ("EPOCH", "MICROSECOND", "micros", "moment", "span", "text", "utc"),
     "agentsessions.testing.storetest": ("properties", "check", "run", "Report"),
     "agentsessions.runs": (
         "derive_state",

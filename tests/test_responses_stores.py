@@ -18,8 +18,8 @@ import pytest
 import agentsessions as agent
 from agentsessions.endpoints import OpenAIResponsesEndpoint
 from agentsessions.stores.memory import MemoryStore
-from tests.fakes.fake_openai import Call
-from tests.fakes.fake_responses import Answer, FakeResponses
+from agentsessions.testing.fakes.chat_completions import Call
+from agentsessions.testing.fakes.responses import Answer, FakeResponsesAPI
 from tests.support.backends import PERSISTENT, Opener, scratch_opener
 
 KEY = "sk-responses-stores"
@@ -54,7 +54,7 @@ def test_a_transcript_with_reasoning_is_kept_by_the_store_and_sent_back_byte_for
         Answer("Tomorrow too."),
     ]
     with (
-        FakeResponses(script, api_key=KEY) as fake,
+        FakeResponsesAPI(script, api_key=KEY) as fake,
         OpenAIResponsesEndpoint("gpt-test", api_key=KEY, base_url=fake.url, stream=True) as gpt,
     ):
         with opener() as store:

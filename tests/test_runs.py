@@ -115,22 +115,55 @@ def test_a_superseded_run_writes_nothing_more_and_fails_with_a_conflict() -> Non
     assert (store.info("s").state, store.info("s").holder) == (agent.RunState.FINISHED, "new")
 
 
+def wait_for_a_beat(store: CountingStore) -> None:
+    """Wait until a heartbeat renewal began after this call, and ended."""
+    beats = len(store.renewals)
+    wait_for("a heartbeat that began after now", lambda: len(store.renewals) >= beats + 2)
+
+
 def test_a_run_whose_session_is_deleted_fails_and_does_not_recreate_it() -> None:
-    store = MemoryStore()
+    store = CountingStore()
     entered, release = threading.Event(), threading.Event()
     run = agent.Runner().start(
-        agent.Spec(tools=[double], session=agent.open("s", store)),
+        agent.Spec(tools=[double], session=agent.open("s", store), lease=0.3),
         [USER],
         ScriptedEndpoint([blocking(entered, release, call("double", n=1)), echo_last_result]),
     )
     assert entered.wait(5)
     assert agent.open("s", store).delete()
+    wait_for_a_beat(store)  # the heartbeat learns that the claim is lost
     release.set()
     with pytest.raises(agent.RunError) as failed:
         run.wait(5)
     assert isinstance(failed.value.__cause__, agent.ConflictError)
     assert failed.value.result.messages[-1].content[0].type is agent.ContentType.TOOL_USE  # it ran no tool
     assert store.info("s") == agent.SessionInfo("s")
+
+
+def test_a_delete_no_renewal_has_seen_yet_stops_the_run_at_its_next_save() -> None:
+    store = CountingStore()
+    ran: list[int] = []
+
+    @agent.tool
+    def count(n: int) -> str:
+        """Count."""
+        ran.append(n)
+        return str(n)
+
+    entered, release = threading.Event(), threading.Event()
+    run = agent.Runner().start(
+        agent.Spec(tools=[count], session=agent.open("s", store), lease=60),
+        [USER],
+        ScriptedEndpoint([blocking(entered, release, call("count", n=1)), echo_last_result]),
+    )
+    assert entered.wait(5)
+    assert agent.open("s", store).delete()
+    release.set()
+    with pytest.raises(agent.RunError) as failed:
+        run.wait(5)
+    # Its lease was fresh, so the call ran without asking the store; the save after it was refused.
+    assert isinstance(failed.value.__cause__, agent.ConflictError) and ran == [1]
+    assert (store.info("s"), store.renewals) == (agent.SessionInfo("s"), [])
 
 
 def test_a_steer_that_arrives_during_the_last_answer_keeps_the_run_going() -> None:
@@ -176,7 +209,7 @@ def test_a_steer_answered_running_past_max_steps_is_left_for_a_resumer() -> None
 
 
 def test_cancel_from_another_replica_stops_before_the_next_tool_call() -> None:
-    store = MemoryStore()
+    store = CountingStore()
     ran: list[int] = []
 
     @agent.tool
@@ -191,10 +224,11 @@ def test_cancel_from_another_replica_stops_before_the_next_tool_call() -> None:
         [agent.Content.tool_use("c1", "count", '{"n": 1}'), agent.Content.tool_use("c2", "count", '{"n": 2}')],
     )
     endpoint = ScriptedEndpoint([blocking(entered, release, two_calls), agent.Message.assistant("never")])
-    run = agent.Runner().start(agent.Spec(tools=[count], session=agent.open("s", store)), [USER], endpoint)
+    run = agent.Runner().start(agent.Spec(tools=[count], session=agent.open("s", store), lease=0.3), [USER], endpoint)
     assert entered.wait(5)
     assert agent.open("s", MemoryStore()).cancel() is False  # nothing holds a session elsewhere
     assert agent.open("s", store).cancel() is True  # the same store, as another replica's view of it
+    wait_for_a_beat(store)  # the cancel reaches this process with its next heartbeat
     release.set()
     result = run.wait(5)
     assert (result.stop_reason, ran, len(endpoint.requests)) == ("cancelled", [], 1)

@@ -74,8 +74,38 @@ def test_a_seed_store_is_saved_before_every_request_and_once_at_the_end() -> Non
     assert not isinstance(store, agent.RunStore)
     spec = agent.Spec(tools=[double], session=agent.open("s", store))
     result = agent.Runner().run(spec, [USER], ScriptedEndpoint([call("double", n=21), echo_last_result]))
-    assert store.calls == [("take_steers", 0), ("save", 1), ("take_steers", 0), ("save", 3), ("save", 4)]
+    # The last take is the finish's: a text Runner.send stored during the last answer keeps the run going.
+    assert store.calls == [
+        ("take_steers", 0),
+        ("save", 1),
+        ("take_steers", 0),
+        ("save", 3),
+        ("take_steers", 0),
+        ("save", 4),
+    ]
     assert store.messages("s") == result.messages
+
+
+def test_a_text_sent_during_a_seed_store_runs_last_answer_keeps_the_run_going() -> None:
+    store = SeedOnly(MemoryStore())
+    spec = agent.Spec(session=agent.open("s", store))
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(request: agent.ModelRequest) -> agent.Message:
+        entered.set()
+        assert release.wait(5)
+        return agent.Message.assistant(f"you said: {request.messages[-1].text}")
+
+    runner = agent.Runner()
+    run = runner.send(spec, "first", ScriptedEndpoint([slow, slow]))
+    assert run is not None and entered.wait(5)
+    assert runner.send(spec, "second", ScriptedEndpoint([])) is run  # no run records: its own run takes it
+    assert store.store.messages("s")[-1] == agent.Message.user("first")  # "second" waits in the store
+    release.set()
+    result = run.wait(5)
+    # The run's finish took it from the store and asked the model once more.
+    assert [m.text for m in result.messages] == ["first", "you said: first", "second", "you said: second"]
+    assert store.messages("s") == result.messages and store.take_steers("s") == []
 
 
 def test_a_run_store_is_saved_before_every_request_and_once_at_the_end() -> None:

@@ -28,7 +28,7 @@ from agentsessions.loop import IN_DOUBT
 from agentsessions.stores import sqlite
 from agentsessions.stores.memory import MemoryStore
 from agentsessions.telemetry import DURATION_BUCKETS, TOKEN_BUCKETS, OpenTelemetry
-from tests.fakes.fake_anthropic import FakeAnthropic, Reply, text, tool_use
+from agentsessions.testing.fakes.messages import FakeMessagesAPI, Reply, text, tool_use
 from tests.support.scripts import call, double, echo_last_result
 
 USER = agent.Message.user("double 1, please")
@@ -184,7 +184,7 @@ def test_an_anthropic_run_names_its_model_provider_and_server_and_never_its_key(
         Reply([text("8")]),
     ]
     seen: list[object] = []
-    with FakeAnthropic(script, api_key=KEY) as fake:
+    with FakeMessagesAPI(script, api_key=KEY) as fake:
         endpoint = AnthropicEndpoint("claude-test", api_key=KEY, base_url=fake.origin, stream=stream)
         telemetry = otel.telemetry(then=seen.append, capture_message_content=True)
         assert agent.Runner().run(agent.Spec(tools=[double]), [USER], endpoint, telemetry).text == "8"

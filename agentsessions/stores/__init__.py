@@ -22,19 +22,20 @@ Implement, as plain methods of one class (no base class to inherit):
 - :class:`agentsessions.ForkStore`, one method (``fork``), for ``session.fork``.
 
 ``memory.py`` is the smallest complete example of all three, with no database in the way;
-read it first. Reuse what the library's stores share: :mod:`agentsessions.runs` for the
-record (``derive_state`` turns a stored state and a lease into a ``RunState``; ``busy``
-and ``superseded`` build the two conflict errors; ``state_filter``,
-``check_updated_before`` and ``check_lease`` check arguments), ``check_session_id``,
-``check_steer`` and ``check_fork_at`` from :mod:`agentsessions.session`, the codec's
-``dump_message``/``load_message`` (one row per message) and
-``encode_text``/``decode_text`` (ids and steers as bytes, any ``str`` verbatim), and
-the kit, :mod:`agentsessions.stores.kit`: :mod:`~agentsessions.stores.kit.incremental`
-for saves that write only what is new (``plan_save`` compares the transcript with what
-this store object last saw: keep the ``shared`` prefix, write the rest) and
-:func:`~agentsessions.stores.kit.failures.could_not` for errors worded as the other
-stores'; and ``listed`` from :mod:`agentsessions.runs` so a record a newer version wrote
-is left out of a listing instead of ending it.
+read it first. Then reuse what the library's stores share:
+
+- the kit, :mod:`agentsessions.stores.kit`: ``incremental`` for saves that write only
+  what is new, ``failures`` to turn a driver's exceptions into the library's errors,
+  worded as the other stores', ``listing`` for ``sessions()`` in keyset pages, and
+  ``values`` for the text and times a record reads back as;
+- :mod:`agentsessions.runs` for the record (``derive_state`` turns a stored state and a
+  lease into a ``RunState``; ``busy`` and ``superseded`` build the two conflict errors;
+  ``state_filter``, ``check_updated_before`` and ``check_lease`` check arguments;
+  ``listed`` leaves a record a newer version wrote out of a listing instead of ending it);
+- ``check_session_id``, ``check_steer`` and ``check_fork_at`` from :mod:`agentsessions.session`;
+- the codec's ``dump_message``/``load_message`` (one row per message) and
+  ``encode_text``/``decode_text`` (ids and steers as bytes, any ``str`` verbatim).
+
 Steer numbers come from one counter per store (never reset by ``delete``), as fencing
 tokens do; times from one clock (the database's, where it has one).
 

@@ -22,11 +22,11 @@ import os
 import sqlite3
 import threading
 from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from agentsessions.codec import decode_text, encode_text, load_message
+from agentsessions.codec import decode_text, encode_text
 from agentsessions.errors import ConflictError, StoreError
 from agentsessions.messages import Message
 from agentsessions.runs import (
@@ -38,18 +38,17 @@ from agentsessions.runs import (
     SessionInfo,
     Steer,
     busy,
-    check_end,
-    check_lease,
     check_updated_before,
     derive_state,
-    listed,
     state_filter,
     superseded,
     utcnow,
 )
 from agentsessions.session import check_fork_at, check_session_id, check_steer
-from agentsessions.stores.kit.failures import could_not
+from agentsessions.stores.kit import arguments, values
+from agentsessions.stores.kit.failures import translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
+from agentsessions.stores.kit.listing import Page, pages
 
 __all__ = ["PAGE_SIZE", "SCHEMA", "SQLiteStore", "open"]
 
@@ -174,9 +173,6 @@ _STATE_SQL = {
     **{state: f"run_state = '{state.value}'" for state in ENDINGS},
 }
 
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-_MICROSECOND = datetime.timedelta(microseconds=1)
-
 
 class SQLiteStore:
     """Sessions and their runs in one SQLite file.
@@ -231,10 +227,7 @@ class SQLiteStore:
         with self._errors("read the transcript", session_id), self._transaction("BEGIN") as db:
             row = db.execute(_SELECT_SESSION, (key,)).fetchone()
             bodies = db.execute(_SELECT_MESSAGES, (key,)).fetchall()
-        loaded = [load_message(body) for (body,) in bodies]
-        if row:
-            self._known.remember(session_id, row[0], loaded)
-        return loaded
+        return self._known.read(session_id, row[0] if row else None, [body for (body,) in bodies])
 
     def add_steer(self, session_id: str, text: str) -> RunState:
         """Leave a steer for the session's run; returns the session's state as it was stored."""
@@ -271,7 +264,7 @@ class SQLiteStore:
     ) -> Iterator[SessionInfo]:
         """Every session, newest update first (never saved last, ties by id), fetched in pages."""
         states, before = state_filter(state), check_updated_before(updated_before)
-        return self._listing(_where(states), _LATEST if before is None else _micros(before), before is None)
+        return self._listing(_where(states), _LATEST if before is None else values.micros(before), before is None)
 
     def delete(self, session_id: str) -> bool:
         """Remove transcript, steers and record in one transaction; ``True`` if the session existed."""
@@ -303,15 +296,15 @@ class SQLiteStore:
 
     def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
         """Hold the session for a run, taking over a stalled one; busy while another lease is live."""
-        lease = check_lease(lease)
-        key = encode_text(check_session_id(session_id))
+        session_id, replica, lease = arguments.claim(session_id, replica, lease)
+        key = encode_text(session_id)
         with self._errors("claim", session_id), self._transaction() as db:
             now = _now()
             run_state, expires, holder = _hold(db, key)
             if _state(run_state, expires, now, session_id) is RunState.RUNNING:
-                raise busy(session_id, _text(holder), _datetime(expires))
+                raise busy(session_id, values.text(holder), _datetime(expires))
             [(token,)] = db.execute(_NEXT_TOKEN).fetchall()
-            db.execute(_CLAIM, (token, encode_text(replica), lease, now + _span(lease), key))
+            db.execute(_CLAIM, (token, encode_text(replica), lease, now + values.span(lease), key))
         return Claim(session_id, token, replica, lease)
 
     def peek_steers(self, session_id: str) -> list[Steer]:
@@ -331,19 +324,19 @@ class SQLiteStore:
         unless_steered: bool = False,
     ) -> Progress:
         """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``."""
-        plan = plan_save(self._known, claim.session_id, messages)
-        ending = check_end(end)
+        call = arguments.save_run(claim, taken, end, unless_steered)
+        plan, ending = plan_save(self._known, claim.session_id, messages), call.end
         revision, key = new_revision(), encode_text(claim.session_id)
         with self._errors("save the run", claim.session_id), self._transaction() as db:
             row = db.execute(_SELECT_RUN, (key,)).fetchone()
             if row is None or row[2] != claim.token or row[3] != RunState.RUNNING:
                 raise superseded(claim)
-            db.executemany(_DELETE_STEER, [(key, seq) for seq in taken])
+            db.executemany(_DELETE_STEER, [(key, seq) for seq in call.taken])
             _write_messages(db, key, plan, row[:2])
-            pending = db.execute(_PEEK_STEERS, (key,)).fetchall() if ending and unless_steered else []
+            pending = db.execute(_PEEK_STEERS, (key,)).fetchall() if ending and call.unless_steered else []
             release, now = None if pending else ending, _now()
             state, cancel = (RunState.RUNNING.value, row[5]) if release is None else (release.value, 0)
-            db.execute(_SAVE_RUN, (revision, len(plan.messages), now, now + _span(row[4]), state, cancel, key))
+            db.execute(_SAVE_RUN, (revision, len(plan.messages), now, now + values.span(row[4]), state, cancel, key))
         self._known.remember(claim.session_id, revision, plan.messages)
         if release is not None:
             return Progress()
@@ -351,7 +344,7 @@ class SQLiteStore:
 
     def renew(self, claims: Sequence[Claim]) -> Renewal:
         """Extend each claim's lease, all in one transaction; report the claims lost and those asked to cancel."""
-        claims = list(claims)
+        claims = arguments.renew(claims)
         if not claims:
             return Renewal()
         lost, cancelling = set(), set()
@@ -375,21 +368,21 @@ class SQLiteStore:
             self._local.connection = None
 
     def _listing(self, where: str, before: int, never_saved: bool) -> Iterator[SessionInfo]:
-        yield from self._pages(_SAVED_BELOW + where, _SAVED_BELOW + where, {"updated": before, "id": b""})
+        name, saved = f"SQLite store {self.path!r}", _SAVED_BELOW + where
+        yield from pages(
+            functools.partial(self._page, saved, saved, {"updated": before, "id": b""}), _after, name, PAGE_SIZE
+        )
         if never_saved:  # updated_before excludes the never-saved records
-            yield from self._pages(_NEVER_SAVED + where, _NEVER_SAVED_BELOW + where, {})
+            never = functools.partial(self._page, _NEVER_SAVED + where, _NEVER_SAVED_BELOW + where, {})
+            yield from pages(never, _after, name, PAGE_SIZE)
 
-    def _pages(self, first: str, then: str, bound: dict[str, Any]) -> Iterator[SessionInfo]:
-        where = first
-        while True:
-            # A page's `now` decides both the state filter and the states reported, so they agree.
-            now = _now()
-            with self._errors("list the sessions"):
-                rows = self._connection().execute(_PAGE.format(where=where), {**bound, "now": now}).fetchall()
-            yield from listed(rows, functools.partial(_info, now=now), f"SQLite store {self.path!r}")
-            if len(rows) < PAGE_SIZE:
-                return
-            where, bound = then, {"updated": rows[-1][2], "id": rows[-1][0]}
+    def _page(self, first: str, then: str, start: dict[str, Any], bound: dict[str, Any] | None) -> Page[Any]:
+        where, bound = (first, start) if bound is None else (then, bound)
+        # A page's `now` decides both the state filter and the states reported, so they agree.
+        now = _now()
+        with self._errors("list the sessions"):
+            rows = self._connection().execute(_PAGE.format(where=where), {**bound, "now": now}).fetchall()
+        return rows, functools.partial(_info, now=now)
 
     def _connection(self) -> sqlite3.Connection:
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
@@ -432,14 +425,8 @@ class SQLiteStore:
                 db.close()
             self._local.connection = None
 
-    @contextmanager
-    def _errors(self, action: str, session_id: str = "") -> Iterator[None]:
-        try:
-            yield
-        except sqlite3.Error as error:
-            if session_id:
-                self._known.forget(session_id)
-            raise StoreError(f"{could_not(f'SQLite store {self.path!r}', action, session_id)}: {error}") from error
+    def _errors(self, action: str, session_id: str = "") -> AbstractContextManager[None]:
+        return translated(sqlite3.Error, f"SQLite store {self.path!r}", action, session_id, known=self._known)
 
 
 def _write_messages(db: sqlite3.Connection, key: bytes, plan: SavePlan, stored: Sequence[int] | None) -> None:
@@ -472,35 +459,27 @@ def _info(row: Sequence[Any], now: int) -> SessionInfo:
         length,
         _datetime(updated),
         _state(run_state, expires, now, session_id),
-        _text(holder),
+        values.text(holder),
         _datetime(expires),
         pending,
         bool(cancel),
     )
 
 
+def _after(row: Sequence[Any]) -> dict[str, Any]:
+    return {"updated": row[2], "id": row[0]}
+
+
 def _state(run_state: str | None, expires: int | None, now: int, session_id: str = "") -> RunState:
-    return derive_state(run_state, _datetime(expires), _EPOCH + now * _MICROSECOND, session_id)
-
-
-def _text(data: bytes | None) -> str | None:
-    return None if data is None else decode_text(data)
+    return derive_state(run_state, _datetime(expires), values.moment(now), session_id)
 
 
 def _now() -> int:
-    return _micros(utcnow())
+    return values.micros(utcnow())
 
 
-def _micros(moment: datetime.datetime) -> int:
-    return (moment - _EPOCH) // _MICROSECOND
-
-
-def _datetime(micros: int | None) -> datetime.datetime | None:
-    return None if micros is None else _EPOCH + micros * _MICROSECOND
-
-
-def _span(seconds: float) -> int:
-    return round(seconds * 1_000_000)
+def _datetime(stored: int | None) -> datetime.datetime | None:
+    return None if stored is None else values.moment(stored)
 
 
 def open(path: str | os.PathLike[str] | Path, *, timeout: float = 10.0, durable: bool = False) -> SQLiteStore:

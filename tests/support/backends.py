@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import agentsessions as agent
 from tests.support.servers import (
@@ -45,6 +45,35 @@ def postgres_url(dsn: str, schema: str, password: str | None = None) -> str:
     userinfo = f"{user}:{quote(str(secret))}" if secret else user
     where = f"{settings.get('host', '127.0.0.1')}:{settings.get('port', 5432)}/{settings.get('dbname', 'test')}"
     return f"postgresql://{userinfo}@{where}?options=-csearch_path%3D{schema}"
+
+
+def mysql_url(host: str, port: int, user: str, password: str, database: str) -> str:
+    """A ``mysql://`` URL for these connection settings."""
+    userinfo = f"{quote(user)}:{quote(password)}" if password else quote(user)
+    return f"mysql://{userinfo}@{host}:{port}/{database}"
+
+
+def mongodb_url(uri: str, database: str) -> str:
+    """The MongoDB ``uri`` with ``database`` as its path."""
+    return urlunsplit(urlsplit(uri)._replace(path=f"/{database}"))
+
+
+def redis_url(url: str, prefix: str) -> str:
+    """The Redis ``url`` with the store's key ``prefix`` in its query."""
+    return f"{url}?prefix={quote(prefix)}"
+
+
+def store_url(opener: Opener) -> str:
+    """The URL ``agentsessions.stores.from_url`` (and the command) opens for the place ``opener`` opens."""
+    assert isinstance(opener, functools.partial), opener
+    urls: dict[Callable[..., Any], Callable[..., str]] = {
+        open_sqlite: lambda path: f"sqlite://{Path(path).resolve()}",
+        open_postgres: postgres_url,
+        open_mysql: mysql_url,
+        open_mongodb: mongodb_url,
+        open_redis: redis_url,
+    }
+    return urls[opener.func](*opener.args)
 
 
 @contextlib.contextmanager

@@ -1,7 +1,20 @@
-"""What the library's stores share, public for anyone writing a store.
+"""The kit: what the library's stores share, public for anyone writing a store.
+
+Each module is one concern the stores would otherwise each write again:
 
 - :mod:`agentsessions.stores.kit.incremental`: saves that write only what is new
-  (``plan_save`` compares a transcript with what this store object last saw).
-- :mod:`agentsessions.stores.kit.failures`: ``could_not``, the one wording of a store's
-  failures.
+  (``plan_save`` compares a transcript with what this store object last saw: keep the
+  ``shared`` prefix, write the rest; ``KnownSessions`` remembers it; ``new_revision``).
+- :mod:`agentsessions.stores.kit.failures`: a driver's failures as the library's errors
+  (``translated`` around driver calls; ``could_not``, the one wording; ``first_line``).
+- :mod:`agentsessions.stores.kit.listing`: ``sessions()`` in keyset pages (``pages``
+  runs the page loop around a store's own query).
+- :mod:`agentsessions.stores.kit.values`: what a record's values read back as (``text``
+  from bytes; ``utc``, ``micros``, ``moment`` and ``span`` for the database's times).
+- :mod:`agentsessions.stores.kit.arguments`: the arguments of ``claim``, ``save_run`` and
+  ``renew``, checked before any I/O (a ``TypeError`` or ``ValueError`` naming the argument).
+
+The record itself, its states and the checks of single values (ids, steers, leases, ends)
+are in :mod:`agentsessions.runs` and :mod:`agentsessions.session`; the encoding of
+messages, ids and steers in :mod:`agentsessions.codec`.
 """

@@ -15,11 +15,11 @@ from __future__ import annotations
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import attrs
 
-from agentsessions.codec import dump_message
+from agentsessions.codec import dump_message, load_message
 from agentsessions.messages import Message, check_transcript, transcript_list
 from agentsessions.session import check_session_id
 
@@ -64,6 +64,18 @@ class KnownSessions:
             self._known.move_to_end(session_id)
             if len(self._known) > self._size:
                 self._known.popitem(last=False)
+
+    def read(self, session_id: str, revision: int | None, bodies: Iterable[str | bytes]) -> list[Message]:
+        """A transcript read back: ``bodies`` decoded, and remembered under ``revision``.
+
+        ``revision`` and ``bodies`` must come from one read (one transaction), so the
+        messages are the ones stored at that revision; ``None`` means the session has no
+        record, and nothing is remembered.
+        """
+        messages = [load_message(body) for body in bodies]
+        if revision is not None:
+            self.remember(session_id, revision, messages)
+        return messages
 
     def forget(self, session_id: str) -> None:
         """Drop what was seen of ``session_id`` (after a failed write, when the stored state is unknown)."""

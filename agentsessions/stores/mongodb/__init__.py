@@ -72,18 +72,18 @@ from agentsessions.runs import (
     SessionInfo,
     Steer,
     busy,
-    check_end,
-    check_lease,
     check_updated_before,
     derive_state,
-    listed,
     state_filter,
     superseded,
     utcnow,
 )
 from agentsessions.session import check_fork_at, check_session_id, check_steer
-from agentsessions.stores.kit.failures import could_not
+from agentsessions.stores.kit import arguments
+from agentsessions.stores.kit.failures import could_not, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
+from agentsessions.stores.kit.listing import Page, pages
+from agentsessions.stores.kit.values import micros
 from agentsessions.stores.mongodb._fork import PrefixCopy, forked, taken
 from agentsessions.stores.mongodb._layout import (
     RUNNING,
@@ -103,7 +103,6 @@ from agentsessions.stores.mongodb._layout import (
     info_of,
     key,
     lease_micros,
-    micros,
     moment,
     next_state,
     parse_state,
@@ -293,16 +292,16 @@ class MongoStore:
         if states is not None and not states:
             return
         for phase in phases:
-            last: Mapping[str, Any] | None = None
-            while True:
-                with self._errors("list the sessions", None):
-                    now = utcnow()
-                    query = {"$and": [phase, *after(last), *in_states(states, micros(now))]}
-                    docs = list(self._sessions.find(query, _INFO_FIELDS).sort(_ORDER).limit(PAGE_SIZE))
-                yield from listed(docs, functools.partial(_listed_info, now=now), self._name)
-                if len(docs) < PAGE_SIZE:
-                    break
-                last = docs[-1]
+            yield from pages(functools.partial(self._page, phase, states), _last, self._name, PAGE_SIZE)
+
+    def _page(
+        self, phase: dict[str, Any], states: frozenset[RunState] | None, last: Mapping[str, Any] | None
+    ) -> Page[Mapping[str, Any]]:
+        with self._errors("list the sessions", None):
+            now = utcnow()
+            query = {"$and": [phase, *after(last), *in_states(states, micros(now))]}
+            docs = list(self._sessions.find(query, _INFO_FIELDS).sort(_ORDER).limit(PAGE_SIZE))
+        return docs, functools.partial(_listed_info, now=now)
 
     def delete(self, session_id: str) -> bool:
         """Remove the session whole; ``True`` if it existed.
@@ -368,10 +367,7 @@ class MongoStore:
 
     def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
         """Hold the session for a run, taking over a stalled one; busy while another lease is live."""
-        check_session_id(session_id)
-        lease = check_lease(lease)
-        if not isinstance(replica, str):
-            raise TypeError(f"replica must be a str, got {type(replica).__name__}: {replica!r:.80}")
+        session_id, replica, lease = arguments.claim(session_id, replica, lease)
         stored = key(session_id)
         with self._errors("claim", session_id):
             for _ in attempts(self._timeout):
@@ -406,17 +402,15 @@ class MongoStore:
         unless_steered: bool = False,
     ) -> Progress:
         """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``."""
-        if not isinstance(claim, Claim):
-            raise TypeError(f"claim must be a Claim, got {type(claim).__name__}")
-        end = check_end(end)
-        plan, gone = plan_save(self._known, claim.session_id, messages), frozenset(taken)
+        call = arguments.save_run(claim, taken, end, unless_steered)
+        plan, gone, end = plan_save(self._known, claim.session_id, messages), frozenset(call.taken), call.end
         stored = key(claim.session_id)
         with self._errors("save the transcript", claim.session_id):
             for _ in attempts(self._timeout):
                 doc = self._sessions.find_one({"_id": stored}, _RUN_FIELDS)
                 if doc is None or doc.get("token") != claim.token or doc.get("run_state") != RUNNING:
                     raise superseded(claim)
-                step = RunStep.of(doc, claim, gone, end, unless_steered)
+                step = RunStep.of(doc, claim, gone, end, call.unless_steered)
                 revision = self._try_save(plan, stored, parse_state(doc), step)
                 if revision is not None:
                     self._known.remember(claim.session_id, revision, plan.messages)
@@ -425,12 +419,9 @@ class MongoStore:
 
     def renew(self, claims: Sequence[Claim]) -> Renewal:
         """Extend each claim's lease in one write; report the claims lost and those asked to cancel."""
-        claims = list(claims)
+        claims = arguments.renew(claims)
         if not claims:
             return Renewal()
-        for claim in claims:
-            if not isinstance(claim, Claim):
-                raise TypeError(f"renew takes Claims, got {type(claim).__name__}")
         with self._errors(f"renew the leases of {len(claims)} runs", None):
             self._sessions.bulk_write(renewals(claims, micros(utcnow())), ordered=False)
             ids = list({key(c.session_id) for c in claims})
@@ -583,14 +574,14 @@ class MongoStore:
 
     @contextmanager
     def _errors(self, action: str, session_id: str | None) -> Iterator[None]:
-        try:
-            with pymongo.timeout(self._timeout):
-                self._check_indexes()
-                yield
-        except (PyMongoError, BSONError) as error:
-            if session_id is not None:
-                self._known.forget(session_id)
-            raise StoreError(f"{could_not(self._name, action, session_id)}: {error}") from error
+        errors = (PyMongoError, BSONError)
+        with translated(errors, self._name, action, session_id, known=self._known), pymongo.timeout(self._timeout):
+            self._check_indexes()
+            yield
+
+
+def _last(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    return doc  # the next page starts after it (see after())
 
 
 def _listed_info(doc: Mapping[str, Any], now: datetime.datetime) -> SessionInfo:

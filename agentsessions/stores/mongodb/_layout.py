@@ -25,13 +25,11 @@ from pymongo import UpdateOne
 from agentsessions.codec import decode_text, dump_message, encode_text
 from agentsessions.errors import StoreError
 from agentsessions.runs import Claim, Progress, RunState, SessionInfo, Steer, derive_state
+from agentsessions.stores.kit import values
 from agentsessions.stores.kit.incremental import SavePlan, new_revision
 
 MAX_SEGMENTS = 16  # past this many, a save rewrites the transcript under one epoch
 CHUNK_BYTES = 15 * 1024 * 1024  # under BSON's 16 MiB with room for the other fields
-
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-_MICROSECOND = datetime.timedelta(microseconds=1)
 
 
 # One query per run of positions, never an $or of runs: not every server answers an $or
@@ -186,19 +184,17 @@ def sort_key(session_id: str) -> str:
     return encode_text(session_id).hex()
 
 
-def micros(moment: datetime.datetime) -> int:
-    """An aware datetime as int64 microseconds since the epoch (BSON dates keep only milliseconds)."""
-    return (moment - _EPOCH) // _MICROSECOND
+# Times are int64 microseconds since the epoch (values.micros): BSON dates keep only milliseconds.
 
 
 def lease_micros(lease: float) -> int:
     """A lease in seconds as microseconds, rounded as ``timedelta(seconds=lease)`` rounds it."""
-    return datetime.timedelta(seconds=lease) // _MICROSECOND
+    return datetime.timedelta(seconds=lease) // values.MICROSECOND
 
 
 def moment(stored: int | None) -> datetime.datetime | None:
-    """The inverse of :func:`micros`; ``None`` stays ``None``."""
-    return None if stored is None else _EPOCH + datetime.timedelta(microseconds=stored)
+    """The inverse of :func:`~agentsessions.stores.kit.values.micros`; ``None`` stays ``None``."""
+    return None if stored is None else values.moment(stored)
 
 
 def attempts(seconds: float) -> Iterator[int]:

@@ -25,6 +25,7 @@ pool that checks connections before lending them (DBUtils' default ``ping=1``).
 from __future__ import annotations
 
 import datetime
+import functools
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -38,13 +39,15 @@ except ImportError as error:  # pragma: no cover - depends on what is installed
     raise ImportError("agentsessions.stores.mysql needs PyMySQL: pip install agentsessions[mysql]") from error
 
 from agentsessions import runs
-from agentsessions.codec import decode_text, encode_text, load_message
+from agentsessions.codec import decode_text, encode_text
 from agentsessions.errors import ConflictError, SchemaMissingError, StoreError
 from agentsessions.messages import Message
-from agentsessions.runs import UTC, Claim, Progress, Renewal, RunState, SessionInfo, Steer, check_end
+from agentsessions.runs import UTC, Claim, Progress, Renewal, RunState, SessionInfo, Steer
 from agentsessions.session import check_fork_at, check_session_id, check_steer
-from agentsessions.stores.kit.failures import could_not
+from agentsessions.stores.kit import arguments, values
+from agentsessions.stores.kit.failures import could_not, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
+from agentsessions.stores.kit.listing import Page, pages
 from agentsessions.stores.mysql._errors import describe, duplicate_key, explain, lost, schema_missing
 
 __all__ = ["SCHEMA", "MySQLStore"]
@@ -232,8 +235,8 @@ class _Record:
     @classmethod
     def of(cls, row: tuple[Any, ...], session_id: str) -> _Record:
         revision, length, token, stored, cancel, holder, expires, now = row
-        state = runs.derive_state(_text(stored), _utc(expires), now.replace(tzinfo=UTC), session_id)
-        return cls(revision, length, token, state, bool(cancel), _text(holder), _utc(expires))
+        state = runs.derive_state(values.text(stored), values.utc(expires), values.utc(now), session_id)
+        return cls(revision, length, token, state, bool(cancel), values.text(holder), values.utc(expires))
 
     def holds(self, claim: Claim) -> bool:
         # A lapsed lease (STALLED) still holds until another claim takes the session over.
@@ -260,7 +263,8 @@ class MySQLStore:
         self._known = KnownSessions()
 
     def __repr__(self) -> str:
-        return f"MySQLStore({self.connect!r:.120})"
+        # Never repr(connect): a partial's repr shows every keyword, the password among them.
+        return f"MySQLStore({_where(self.connect)})"
 
     # --- Transcripts and steers (the seed's four) ------------------------------------------
 
@@ -284,10 +288,9 @@ class MySQLStore:
         with self._transaction("read the transcript", session_id, locking=False) as cur:
             cur.execute(_SELECT_TRANSCRIPT, (encode_text(session_id),))
             rows = cur.fetchall()
-        loaded = [load_message(body) for _, body in rows if body is not None]
-        if rows:
-            self._known.remember(session_id, rows[0][0], loaded)
-        return loaded
+        # One row with a NULL body for a session without messages; none for an unknown id.
+        bodies = [body for _, body in rows if body is not None]
+        return self._known.read(session_id, rows[0][0] if rows else None, bodies)
 
     def add_steer(self, session_id: str, text: str) -> RunState:
         """Leave a steer for the session's run; returns the session's state as it was stored.
@@ -342,18 +345,18 @@ class MySQLStore:
     def _pages(self, filters: list[str], args: list[Any], *, saved_only: bool) -> Iterator[SessionInfo]:
         # Saved sessions, then (unless updated_before leaves them out) the never saved: two ranges.
         for saved in (True,) if saved_only else (True, False):
-            after: list[Any] = []  # where the last page ended: (updated_at, updated_at, id), or (id,)
-            while True:
-                where = ["s.updated_at IS NOT NULL" if saved else "s.updated_at IS NULL", *filters]
-                if after:
-                    where.append(_SAVED_AFTER if saved else "s.id < %s")
-                with self._transaction("list sessions", None, locking=False) as cur:
-                    cur.execute(_PAGE.format(where=" AND ".join(where)), [*args, *after])
-                    rows = cur.fetchall()
-                yield from runs.listed(rows, _info, "MySQL store")
-                if len(rows) < PAGE:
-                    break
-                after = [rows[-1][2], rows[-1][2], rows[-1][0]] if saved else [rows[-1][0]]
+            page = functools.partial(self._page, filters, args, saved)
+            yield from pages(page, _after_saved if saved else _after_never_saved, "MySQL store", PAGE)
+
+    def _page(self, filters: list[str], args: list[Any], saved: bool, after: list[Any] | None) -> Page[Any]:
+        # `after` is where the last page ended: (updated_at, updated_at, id), or (id,).
+        where = ["s.updated_at IS NOT NULL" if saved else "s.updated_at IS NULL", *filters]
+        if after:
+            where.append(_SAVED_AFTER if saved else "s.id < %s")
+        with self._transaction("list sessions", None, locking=False) as cur:
+            cur.execute(_PAGE.format(where=" AND ".join(where)), [*args, *(after or [])])
+            rows = cur.fetchall()
+        return rows, _info
 
     def delete(self, session_id: str) -> bool:
         """Remove record, steers and transcript in one transaction; ``True`` if the session existed."""
@@ -402,7 +405,8 @@ class MySQLStore:
 
     def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
         """Hold the session for a run, taking over a stalled one; busy while another lease is live."""
-        lease, key, holder = runs.check_lease(lease), encode_text(check_session_id(session_id)), encode_text(replica)
+        session_id, replica, lease = arguments.claim(session_id, replica, lease)
+        key, holder = encode_text(session_id), encode_text(replica)
         with self._transaction("take a new token", session_id, locking=False) as cur:
             cur.execute(_NEXT_TOKEN)  # committed before the session is locked
             token = int(cur.lastrowid)
@@ -433,8 +437,8 @@ class MySQLStore:
         unless_steered: bool = False,
     ) -> Progress:
         """Save as the holder of ``claim`` in one transaction, deleting the ``taken`` steers; release with ``end``."""
-        end = check_end(end)
-        plan = plan_save(self._known, claim.session_id, messages)
+        call = arguments.save_run(claim, taken, end, unless_steered)
+        plan, end = plan_save(self._known, claim.session_id, messages), call.end
         revision, key = new_revision(), encode_text(claim.session_id)
         rows = _rows(plan, key, plan.shared)
         with self._transaction("save the run", claim.session_id, payload=_largest(rows)) as cur:
@@ -443,10 +447,10 @@ class MySQLStore:
             record = _Record.of(row, claim.session_id) if row else None
             if record is None or not record.holds(claim):
                 raise runs.superseded(claim)
-            _delete_steers(cur, key, list(taken))
+            _delete_steers(cur, key, call.taken)
             _write_transcript(cur, plan, key, rows, record)
             pending: tuple[Steer, ...] = ()
-            if end is not None and unless_steered:
+            if end is not None and call.unless_steered:
                 cur.execute(_SELECT_STEERS, (key,))
                 pending = tuple(Steer(seq, decode_text(text)) for seq, text in cur.fetchall())
             release = None if end is None or pending else end.value
@@ -456,6 +460,7 @@ class MySQLStore:
 
     def renew(self, claims: Sequence[Claim]) -> Renewal:
         """Extend each claim's lease in one UPDATE; a SELECT reads which are held if one lost or is asked to cancel."""
+        claims = arguments.renew(claims)
         if not claims:
             return Renewal()
         pairs = sorted({(encode_text(claim.session_id), claim.token) for claim in claims})
@@ -485,10 +490,10 @@ class MySQLStore:
         # transaction a connection without autocommit opened, so no snapshot outlives the call.
         # begin() also tells a DBUtils pool that a transaction is open, so it never replays
         # a failed statement on another connection in the middle of one.
-        what = could_not("MySQL store", action, session_id)
+        failure = functools.partial(_failure, payload=payload)
         with (
-            self._errors(what, session_id, payload),
-            self._connection(what) as conn,
+            translated(pymysql.err.Error, "MySQL store", action, session_id, known=self._known, failure=failure),
+            self._connection(could_not("MySQL store", action, session_id)) as conn,
             conn.cursor(pymysql.cursors.Cursor) as cur,
         ):
             if locking:
@@ -519,19 +524,31 @@ class MySQLStore:
             with suppress(pymysql.err.Error):  # already closed, or dropped by the server
                 conn.close()
 
-    @contextmanager
-    def _errors(self, what: str, session_id: str | None, payload: int) -> Iterator[None]:
-        try:
-            yield
-        except pymysql.err.Error as error:
-            if session_id is not None:
-                self._known.forget(session_id)
-            if schema_missing(error):
-                raise SchemaMissingError(
-                    f"{what}: its tables are missing or older than this version ({describe(error)}); "
-                    "run each statement of agentsessions.stores.mysql.SCHEMA once in this database"
-                ) from error
-            raise StoreError(f"{what}: {explain(error, payload=payload)}") from error
+
+def _where(connect: Callable[[], Any]) -> str:
+    """What ``connect`` connects to, for a repr: ``'host:port/database'`` from a partial's keywords, else its name."""
+    func, keywords = (connect.func, connect.keywords) if isinstance(connect, functools.partial) else (connect, {})
+    if keywords.keys() & {"host", "port", "unix_socket", "database", "db"}:
+        where = keywords.get("unix_socket") or f"{keywords.get('host') or 'localhost'}:{keywords.get('port') or 3306}"
+        return repr(f"{where}/{keywords.get('database') or keywords.get('db') or ''}")
+    return f"<{getattr(func, '__qualname__', type(func).__qualname__)}>"
+
+
+def _failure(what: str, error: BaseException, *, payload: int) -> StoreError:
+    if schema_missing(error):
+        return SchemaMissingError(
+            f"{what}: its tables are missing or older than this version ({describe(error)}); "
+            "run each statement of agentsessions.stores.mysql.SCHEMA once in this database"
+        )
+    return StoreError(f"{what}: {explain(error, payload=payload)}")
+
+
+def _after_saved(row: tuple[Any, ...]) -> list[Any]:
+    return [row[2], row[2], row[0]]
+
+
+def _after_never_saved(row: tuple[Any, ...]) -> list[Any]:
+    return [row[0]]
 
 
 def _rows(plan: SavePlan, key: bytes, start: int) -> list[tuple[bytes, int, bytes]]:
@@ -576,15 +593,7 @@ def _delete_steers(cur: Any, key: bytes, seqs: list[int]) -> None:
 def _info(row: tuple[Any, ...]) -> SessionInfo:
     key, length, updated_at, stored, holder, expires, pending, cancel, now = row
     session_id = decode_text(key)
-    state = runs.derive_state(_text(stored), _utc(expires), now.replace(tzinfo=UTC), session_id)
-    run = (_text(holder), _utc(expires), pending, bool(cancel))  # BOOLEAN is TINYINT: the driver gives 0 or 1
-    return SessionInfo(session_id, length, _utc(updated_at), state, *run)
-
-
-def _text(data: bytes | None) -> str | None:
-    return None if data is None else decode_text(data)
-
-
-def _utc(value: datetime.datetime | None) -> datetime.datetime | None:
-    # DATETIME carries no zone; every one of ours is UTC.
-    return None if value is None else value.replace(tzinfo=UTC)
+    state = runs.derive_state(values.text(stored), values.utc(expires), values.utc(now), session_id)
+    holder, expires, updated_at = values.text(holder), values.utc(expires), values.utc(updated_at)
+    # BOOLEAN is TINYINT: the driver gives 0 or 1.
+    return SessionInfo(session_id, length, updated_at, state, holder, expires, pending, bool(cancel))

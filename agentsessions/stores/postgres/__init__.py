@@ -43,6 +43,7 @@ the connection, so a dead one is dropped and another lent. Make the pool so::
 from __future__ import annotations
 
 import datetime
+import functools
 import time
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
@@ -58,7 +59,7 @@ except ImportError as error:  # pragma: no cover - depends on what is installed
         "agentsessions.stores.postgres needs psycopg 3 and psycopg_pool: pip install agentsessions[postgres]"
     ) from error
 
-from agentsessions.codec import decode_text, encode_text, load_message
+from agentsessions.codec import decode_text, encode_text
 from agentsessions.errors import ConflictError, SchemaMissingError, StoreError
 from agentsessions.messages import Message
 from agentsessions.runs import (
@@ -70,17 +71,16 @@ from agentsessions.runs import (
     SessionInfo,
     Steer,
     busy,
-    check_end,
-    check_lease,
     check_updated_before,
     derive_state,
-    listed,
     state_filter,
     superseded,
 )
 from agentsessions.session import check_fork_at, check_session_id, check_steer
-from agentsessions.stores.kit.failures import could_not
+from agentsessions.stores.kit import arguments, values
+from agentsessions.stores.kit.failures import first_line, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
+from agentsessions.stores.kit.listing import Page, pages
 from agentsessions.stores.postgres._watchdog import Watch, Watchdog, borrowing, checked
 
 __all__ = ["CHECK_TIMEOUT", "PAGE_SIZE", "SCHEMA", "PostgresStore", "check_connection"]
@@ -327,10 +327,9 @@ class PostgresStore:
         with self._transaction("read the transcript", session_id) as conn:
             cur = _cursor(conn).execute(_SELECT_TRANSCRIPT, (key,))
         rows = cur.fetchall()
-        loaded = [load_message(body) for _, body in rows if body is not None]
-        if rows:
-            self._known.remember(session_id, rows[0][0], loaded)
-        return loaded
+        # One row with a NULL body for a session without messages; none for an unknown id.
+        bodies = [body for _, body in rows if body is not None]
+        return self._known.read(session_id, rows[0][0] if rows else None, bodies)
 
     def add_steer(self, session_id: str, text: str) -> RunState:
         """Leave a steer for the session's run; returns the session's state as it was stored."""
@@ -391,9 +390,9 @@ class PostgresStore:
         key, new_key = encode_text(check_session_id(session_id)), encode_text(check_session_id(new_id))
         with suppress(ValueError):
             check_fork_at(at, 0)  # a TypeError before any I/O; the range once the length is read
-        values = {"id": key, "new": new_key, "revision": new_revision(), "at": at}
+        params = {"id": key, "new": new_key, "revision": new_revision(), "at": at}
         with self._transaction("fork", session_id) as conn:
-            cur = _cursor(conn).execute(_FORK, values)
+            cur = _cursor(conn).execute(_FORK, params)
         length, forked = _one(cur)
         if not forked:
             check_fork_at(at, length)  # the ValueError for an `at` past the end, nothing written
@@ -403,17 +402,17 @@ class PostgresStore:
 
     def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
         """Hold the session for a run, taking over a stalled one; busy while another lease is live."""
-        lease = check_lease(lease)
-        key = encode_text(check_session_id(session_id))
-        values = {"id": key, "revision": new_revision(), "holder": encode_text(replica), "lease": lease}
+        session_id, replica, lease = arguments.claim(session_id, replica, lease)
+        key = encode_text(session_id)
+        params = {"id": key, "revision": new_revision(), "holder": encode_text(replica), "lease": lease}
         with self._transaction("claim", session_id) as conn:
-            claimed = _cursor(conn).execute(_CLAIM, values)
+            claimed = _cursor(conn).execute(_CLAIM, params)
             holder = _cursor(conn).execute(_HOLDER, (key,))
         token = claimed.fetchone()
         if token is None:
             held_by, expires, run_state, now = _one(holder)
             derive_state(run_state, expires, now, session_id)  # a newer version's state: a FormatError
-            raise busy(session_id, _text(held_by), _utc(expires))
+            raise busy(session_id, values.text(held_by), values.utc(expires))
         return Claim(session_id, token[0], replica, lease)
 
     def peek_steers(self, session_id: str) -> list[Steer]:
@@ -433,10 +432,11 @@ class PostgresStore:
         unless_steered: bool = False,
     ) -> Progress:
         """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``."""
+        call = arguments.save_run(claim, taken, end, unless_steered)
         plan = plan_save(self._known, claim.session_id, messages)
-        ending = check_end(end)
-        revision, key, gone = new_revision(), encode_text(claim.session_id), [int(seq) for seq in taken]
-        values = {"revision": revision, "length": len(plan.messages), "id": key, "unless": bool(unless_steered)}
+        ending, gone = call.end, call.taken
+        revision, key = new_revision(), encode_text(claim.session_id)
+        params = {"revision": revision, "length": len(plan.messages), "id": key, "unless": call.unless_steered}
         with self._transaction("save the run", claim.session_id) as conn:
             row = _cursor(conn).execute(_LOCK_RUN, (key,)).fetchone()
             if row is None or row[2] != claim.token or row[3] != RunState.RUNNING:
@@ -444,17 +444,17 @@ class PostgresStore:
             if gone:
                 conn.execute(_DELETE_TAKEN, (key, gone))
             _write_messages(conn, key, plan, row[0], row[1])
-            saved = _cursor(conn).execute(_SAVED_RUN, {**values, "end": None if ending is None else ending.value})
+            saved = _cursor(conn).execute(_SAVED_RUN, {**params, "end": None if ending is None else ending.value})
         self._known.remember(claim.session_id, revision, plan.messages)
         released, cancel_requested, seqs, texts = _one(saved)
         if released:
             return Progress()
-        pending = zip(seqs, texts, strict=True) if ending is not None and unless_steered else ()
+        pending = zip(seqs, texts, strict=True) if ending is not None and call.unless_steered else ()
         return Progress(cancel_requested, tuple(Steer(seq, decode_text(text)) for seq, text in pending))
 
     def renew(self, claims: Sequence[Claim]) -> Renewal:
         """Extend each claim's lease in one statement for them all; report the claims lost and those asked to cancel."""
-        claims = list(claims)
+        claims = arguments.renew(claims)
         if not claims:
             return Renewal()
         keys = [encode_text(claim.session_id) for claim in claims]
@@ -473,20 +473,17 @@ class PostgresStore:
 
     def _listing(self, where: str, before: datetime.datetime | None) -> Iterator[SessionInfo]:
         saved = _PAGE.format(where=_SAVED_BELOW + where, order=_NEWEST_FIRST)
-        yield from self._pages(saved, {"updated": before or _LATEST, "id": b""})
+        first = {"updated": before or _LATEST, "id": b""}
+        yield from pages(functools.partial(self._page, saved, first), _after, "PostgreSQL store", PAGE_SIZE)
         if before is None:  # updated_before excludes the never-saved records
             never_saved = _PAGE.format(where=_NEVER_SAVED_BELOW + where, order=_BY_ID)
-            yield from self._pages(never_saved, {"id": _ABOVE_EVERY_ID})
+            first = {"id": _ABOVE_EVERY_ID}
+            yield from pages(functools.partial(self._page, never_saved, first), _after, "PostgreSQL store", PAGE_SIZE)
 
-    def _pages(self, query: str, bound: dict[str, Any]) -> Iterator[SessionInfo]:
-        while True:
-            with self._transaction("list the sessions") as conn:
-                cur = _cursor(conn).execute(query, bound)
-            rows = cur.fetchall()
-            yield from listed(rows, _info, "PostgreSQL store")
-            if len(rows) < PAGE_SIZE:
-                return
-            bound = {"updated": rows[-1][2], "id": rows[-1][0]}
+    def _page(self, query: str, first: dict[str, Any], bound: dict[str, Any] | None) -> Page[tuple[Any, ...]]:
+        with self._transaction("list the sessions") as conn:
+            cur = _cursor(conn).execute(query, bound or first)
+        return cur.fetchall(), _info
 
     @contextmanager
     def _transaction(self, action: str, session_id: str | None = None) -> Iterator[_Connection]:
@@ -496,28 +493,30 @@ class PostgresStore:
 
     @contextmanager
     def _connection(self, action: str, session_id: str | None) -> Iterator[tuple[_Connection, Watch]]:
-        what = could_not("PostgreSQL store", action, session_id)
         with self._watchdog.watch(time.monotonic() + self.timeout) as watch:
-            try:
-                with borrowing(watch), self.pool.connection(timeout=self.timeout) as conn:
-                    watch.attach(conn)
-                    try:
-                        with _autocommit(conn):
-                            yield conn, watch
-                    finally:
-                        watch.detach()
-            except psycopg.Error as error:
-                if session_id is not None:
-                    self._known.forget(session_id)
-                if watch.cut:
-                    late = f"no answer from PostgreSQL within the store's timeout of {self.timeout:g} s"
-                    raise StoreError(f"{what}: {late}; the connection was closed") from error
-                if isinstance(error, psycopg.errors.UndefinedTable):
-                    raise SchemaMissingError(
-                        f"{what}: its tables are missing ({_first_line(error)}); "
-                        "run agentsessions.stores.postgres.SCHEMA once in this database"
-                    ) from error
-                raise StoreError(f"{what}: {_first_line(error)}") from error
+            failure = functools.partial(self._failure, watch=watch)
+            with (
+                translated(psycopg.Error, "PostgreSQL store", action, session_id, known=self._known, failure=failure),
+                borrowing(watch),
+                self.pool.connection(timeout=self.timeout) as conn,
+            ):
+                watch.attach(conn)
+                try:
+                    with _autocommit(conn):
+                        yield conn, watch
+                finally:
+                    watch.detach()
+
+    def _failure(self, what: str, error: BaseException, *, watch: Watch) -> StoreError:
+        if watch.cut:
+            late = f"no answer from PostgreSQL within the store's timeout of {self.timeout:g} s"
+            return StoreError(f"{what}: {late}; the connection was closed")
+        if isinstance(error, psycopg.errors.UndefinedTable):
+            return SchemaMissingError(
+                f"{what}: its tables are missing ({first_line(error)}); "
+                "run agentsessions.stores.postgres.SCHEMA once in this database"
+            )
+        return StoreError(f"{what}: {first_line(error)}")
 
 
 def check_connection(conn: psycopg.Connection[Any], *, timeout: float = CHECK_TIMEOUT) -> None:
@@ -614,16 +613,10 @@ def _info(row: tuple[Any, ...]) -> SessionInfo:
     key, length, updated, run_state, holder, expires, cancel, pending, now = row
     session_id = decode_text(key)
     state = derive_state(run_state, expires, now, session_id)
-    return SessionInfo(session_id, length, _utc(updated), state, _text(holder), _utc(expires), pending, cancel)
+    return SessionInfo(
+        session_id, length, values.utc(updated), state, values.text(holder), values.utc(expires), pending, cancel
+    )
 
 
-def _utc(value: datetime.datetime | None) -> datetime.datetime | None:
-    return None if value is None else value.astimezone(datetime.UTC)
-
-
-def _text(value: bytes | None) -> str | None:
-    return None if value is None else decode_text(value)
-
-
-def _first_line(error: BaseException) -> str:
-    return str(error).strip().split("\n", 1)[0] or type(error).__name__
+def _after(row: tuple[Any, ...]) -> dict[str, Any]:
+    return {"updated": row[2], "id": row[0]}

@@ -22,7 +22,7 @@ import datetime
 import functools
 import secrets
 from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 try:
@@ -30,8 +30,8 @@ try:
 except ImportError as error:  # pragma: no cover - depends on what is installed
     raise ImportError("agentsessions.stores.redis needs redis (redis-py): pip install agentsessions[redis]") from error
 
-from agentsessions.codec import decode_text, dump_message, encode_text, load_message
-from agentsessions.errors import ConflictError, StoreError
+from agentsessions.codec import decode_text, dump_message, encode_text
+from agentsessions.errors import ConflictError
 from agentsessions.messages import Message
 from agentsessions.runs import (
     Claim,
@@ -41,18 +41,17 @@ from agentsessions.runs import (
     SessionInfo,
     Steer,
     busy,
-    check_end,
-    check_lease,
     check_updated_before,
     derive_state,
-    listed,
     state_filter,
     superseded,
     unknown_state,
 )
 from agentsessions.session import check_fork_at, check_session_id, check_steer
-from agentsessions.stores.kit.failures import could_not
+from agentsessions.stores.kit import arguments, values
+from agentsessions.stores.kit.failures import translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
+from agentsessions.stores.kit.listing import Page, pages
 from agentsessions.stores.redis import _scripts as scripts
 
 __all__ = ["PAGE_SIZE", "RedisStore"]
@@ -60,8 +59,6 @@ __all__ = ["PAGE_SIZE", "RedisStore"]
 PAGE_SIZE = 500
 """How many sessions :meth:`RedisStore.sessions` fetches per script call."""
 
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-_MICROSECOND = datetime.timedelta(microseconds=1)
 _NEVER = b"0" * 16  # the index stamp of a record never saved
 _STAMP = 16  # digits of a stamp, and of a steer's seq
 _NONCE = 8  # bytes of a call's nonce (a steer's sits between its seq and its text)
@@ -140,10 +137,8 @@ class RedisStore:
             pipe.hget(self._record(key), "rev")
             pipe.lrange(self._messages(key), 0, -1)
             revision, bodies = pipe.execute()
-        loaded = [load_message(body) for body in bodies]
-        if revision is not None and revision != b"-":
-            self._known.remember(session_id, int(revision), loaded)
-        return loaded
+        stored = None if revision is None or revision == b"-" else int(revision)
+        return self._known.read(session_id, stored, bodies)
 
     def add_steer(self, session_id: str, text: str) -> RunState:
         """Leave a steer for the session's run; returns the session's state as it was stored."""
@@ -152,7 +147,7 @@ class RedisStore:
         keys = [self._record(key), self._steers(key), self._counters, self._index]
         with self._errors("add a steer", session_id):
             stored, expires, now = self._add_steer(keys, [key, encode_text(text), _nonce()])
-        return derive_state(_text(stored) or None, _time(expires), _moment(now))
+        return derive_state(_text(stored) or None, _time(expires), values.moment(now))
 
     def take_steers(self, session_id: str) -> list[str]:
         """Remove and return the waiting steers, oldest first; each goes to exactly one caller."""
@@ -191,14 +186,13 @@ class RedisStore:
         return self._listing(states, b"(" + _stamp(before), b"[" + b"0" * 15 + b"1")
 
     def _listing(self, states: frozenset[RunState] | None, high: bytes, low: bytes) -> Iterator[SessionInfo]:
-        while True:
-            with self._errors("list the sessions"):
-                now, *rows = self._page([self._index], [high, low, PAGE_SIZE, self._prefix])
-            infos = listed(rows, functools.partial(_listed_info, now=int(now)), "Redis store")
-            yield from (info for info in infos if states is None or info.state in states)
-            if len(rows) < PAGE_SIZE:
-                return
-            high = b"(" + rows[-1][0]
+        infos = pages(functools.partial(self._read_page, high, low), _after, "Redis store", PAGE_SIZE)
+        yield from (info for info in infos if states is None or info.state in states)
+
+    def _read_page(self, high: bytes, low: bytes, bound: bytes | None) -> Page[Any]:
+        with self._errors("list the sessions"):
+            now, *rows = self._page([self._index], [bound or high, low, PAGE_SIZE, self._prefix])
+        return rows, functools.partial(_listed_info, now=int(now))
 
     def delete(self, session_id: str) -> bool:
         """Remove transcript, steers and record in one script; ``True`` if the session existed."""
@@ -235,11 +229,11 @@ class RedisStore:
 
     def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
         """Hold the session for a run, taking over a stalled one; busy while another lease is live."""
-        lease = check_lease(lease)
-        key = encode_text(check_session_id(session_id))
+        session_id, replica, lease = arguments.claim(session_id, replica, lease)
+        key = encode_text(session_id)
         keys = [self._record(key), self._counters, self._index]
         with self._errors("claim", session_id):
-            outcome = self._claim(keys, [key, encode_text(replica), _span(lease), _nonce()])
+            outcome = self._claim(keys, [key, encode_text(replica), values.span(lease), _nonce()])
         if outcome[0] == -1:  # a newer version's state: never taken over
             raise unknown_state(_text(outcome[1]) or "", session_id)
         if outcome[0] == 0:
@@ -267,12 +261,12 @@ class RedisStore:
         One script: the fencing check, the steers' deletion, the messages, the lease and the
         release happen together or not at all.
         """
+        call = arguments.save_run(claim, taken, end, unless_steered)
         plan = plan_save(self._known, claim.session_id, messages)
-        ending = check_end(end)
-        seqs = [int(seq) for seq in taken]
+        ending, seqs = call.end, call.taken
         key, revision = encode_text(claim.session_id), new_revision()
         keys = [self._record(key), self._messages(key), self._index, self._steers(key)]
-        head = [key, claim.token, ending.value if ending else "", int(unless_steered), len(seqs), *seqs]
+        head = [key, claim.token, ending.value if ending else "", int(call.unless_steered), len(seqs), *seqs]
         with self._errors("save the run", claim.session_id):
             for known in _attempts(plan):
                 outcome = self._save_run(keys, [*head, *_tail(plan, known, revision)])
@@ -286,7 +280,7 @@ class RedisStore:
 
     def renew(self, claims: Sequence[Claim]) -> Renewal:
         """Extend each claim's lease, all in one script call; report the claims lost and those asked to cancel."""
-        claims = list(claims)
+        claims = arguments.renew(claims)
         if not claims:
             return Renewal()
         keys = [self._record(encode_text(claim.session_id)) for claim in claims]
@@ -296,15 +290,9 @@ class RedisStore:
         cancelling = frozenset(claim for claim, outcome in zip(claims, outcomes, strict=True) if outcome == 2)
         return Renewal(lost, cancelling)
 
-    @contextmanager
-    def _errors(self, action: str, session_id: str = "") -> Iterator[None]:
-        try:
-            yield
-        except redis.RedisError as error:
-            if session_id:
-                self._known.forget(session_id)
-            # redis-py's messages name the host and port, never the password.
-            raise StoreError(f"{could_not('Redis store', action, session_id)}: {error}") from error
+    def _errors(self, action: str, session_id: str = "") -> AbstractContextManager[None]:
+        # redis-py's messages name the host and port, never the password.
+        return translated(redis.RedisError, "Redis store", action, session_id, known=self._known)
 
 
 def _attempts(plan: SavePlan) -> Iterator[int | None]:
@@ -326,13 +314,18 @@ def _info(session_id: str, stamp: bytes, fields: Sequence[bytes], length: int, p
     return SessionInfo(
         session_id,
         length,
-        None if stamp == _NEVER else _moment(stamp),
-        derive_state(_text(stored) or None, _time(expires), _moment(now), session_id),
+        None if stamp == _NEVER else values.moment(stamp),
+        derive_state(_text(stored) or None, _time(expires), values.moment(now), session_id),
         _text(holder) if stored else None,
         _time(expires),
         pending,
         cancel == b"1",
     )
+
+
+def _after(row: Sequence[Any]) -> bytes:
+    member: bytes = row[0]
+    return b"(" + member  # the next page starts below the last member, excluding it
 
 
 def _listed_info(row: Sequence[Any], now: int) -> SessionInfo:
@@ -353,17 +346,9 @@ def _text(data: bytes | None) -> str:
     return "" if data is None else decode_text(data)
 
 
-def _moment(micros: bytes | int) -> datetime.datetime:
-    return _EPOCH + int(micros) * _MICROSECOND
-
-
 def _time(micros: bytes | None) -> datetime.datetime | None:
-    return None if not micros else _moment(micros)
+    return None if not micros else values.moment(micros)
 
 
 def _stamp(moment: datetime.datetime) -> bytes:
-    return b"%016d" % ((moment - _EPOCH) // _MICROSECOND)
-
-
-def _span(seconds: float) -> int:
-    return round(seconds * 1_000_000)
+    return b"%016d" % values.micros(moment)

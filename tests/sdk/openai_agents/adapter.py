@@ -21,7 +21,5 @@ class _TestSession(Session):
         """Nothing to close: the store belongs to the test's fixture."""
 
 
-def SQLiteSession(
-    session_id: str, db_path: str | Path = ":memory:", session_settings: Any = None
-) -> Session:
+def SQLiteSession(session_id: str, db_path: str | Path = ":memory:", session_settings: Any = None) -> Session:
     return _TestSession(session_id, current_store(), session_settings=session_settings)

@@ -1,4 +1,8 @@
-"""examples/flask: two real server processes over one PostgreSQL schema, and one conversation between them.
+"""examples/flask and examples/django: two real server processes over one PostgreSQL schema, and one conversation.
+
+Each example runs the same story (the Django project is the Flask service as Django views,
+its store from ``DATABASES`` through ``agentsessions.contrib.django.store()``, its tables
+from ``manage.py migrate``):
 
 Replica A runs the conversation; a steer posted to B (which holds no run) lands in A's
 transcript; B cancels A's run; a second start on B while A runs is refused with 409; A is
@@ -33,7 +37,7 @@ from tests.support.servers import POSTGRES_DSN, require_server, skip_without
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
-APP = ROOT / "examples" / "flask" / "app.py"
+APPS = {"flask": ROOT / "examples" / "flask" / "app.py", "django": ROOT / "examples" / "django" / "service.py"}
 CONVERSATION = "support-1"
 LEASE = 2.0  # short, so the takeover comes soon; three heartbeats long, so a busy CI machine keeps it
 # No proxy: the servers are on loopback, whatever the environment says.
@@ -57,13 +61,15 @@ class Timeline:
 class Replica:
     """One server process of the example, and what it answers over HTTP."""
 
-    def __init__(self, name: str, schema: str, gates: Path, logs: Path, timeline: Timeline) -> None:
+    def __init__(
+        self, app: Path, name: str, schema: str, gates: Path, logs: Path, timeline: Timeline, *options: str
+    ) -> None:
         self.name, self.schema, self.timeline = name, schema, timeline
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}/conversations/{CONVERSATION}"
         self.log = logs / f"replica-{name.lower()}.log"
-        command = [sys.executable, str(APP), "--dsn", POSTGRES_DSN, "--schema", schema, "--port", str(self.port)]
-        command += ["--replica", self.replica, "--lease", str(LEASE), "--gates", str(gates)]
+        command = [sys.executable, str(app), "--dsn", POSTGRES_DSN, "--schema", schema, "--port", str(self.port)]
+        command += ["--replica", self.replica, "--lease", str(LEASE), "--gates", str(gates), *options]
         with self.log.open("w") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
 
@@ -134,41 +140,55 @@ def _user_texts(answer: dict[str, Any]) -> list[str]:
     return [b["text"] for m in answer["messages"] if m["role"] == "user" for b in m["content"] if b["type"] == "text"]
 
 
+@pytest.fixture(params=sorted(APPS))
+def example(request: pytest.FixtureRequest) -> str:
+    """Which example serves: ``"flask"`` or ``"django"``."""
+    skip_without("psycopg", request.param, extra="postgres")
+    return str(request.param)
+
+
 @pytest.fixture
-def schema() -> Iterator[str]:
-    """A fresh schema with the store's tables, dropped at the end."""
-    skip_without("psycopg", "flask", extra="postgres")
+def schema(example: str) -> Iterator[str]:
+    """A fresh schema, dropped at the end; with the store's tables for Flask (Django's migrate makes its own)."""
     import psycopg
 
     from agentsessions.stores import postgres
 
     admin = require_server("PostgreSQL", lambda: psycopg.connect(POSTGRES_DSN, autocommit=True, connect_timeout=5))
-    name = f"agentsessions_flask_{secrets.token_hex(4)}"
+    name = f"agentsessions_{example}_{secrets.token_hex(4)}"
     with admin:
         admin.execute(f"CREATE SCHEMA {name}")
         try:
-            admin.execute(f"SET search_path = {name}")
-            admin.execute(postgres.SCHEMA)
+            if example == "flask":
+                admin.execute(f"SET search_path = {name}")
+                admin.execute(postgres.SCHEMA)
             yield name
         finally:
             admin.execute(f"DROP SCHEMA {name} CASCADE")
 
 
 @pytest.fixture
-def replicas(schema: str, tmp_path: Path) -> Iterator[tuple[Replica, Replica, Path, Timeline]]:
-    """Replicas A and B serving, each answering HTTP; both are stopped at the end whatever happened."""
+def replicas(example: str, schema: str, tmp_path: Path) -> Iterator[tuple[Replica, Replica, Path, Timeline]]:
+    """Replicas A and B serving, each answering HTTP; both are stopped at the end whatever happened.
+
+    Django's A runs ``manage.py migrate`` first and answers before B starts, as a deploy migrates once.
+    """
     gates = tmp_path / "gates"
     gates.mkdir()
     timeline = Timeline()
-    a, b = (Replica(name, schema, gates, tmp_path, timeline) for name in "AB")
+    started: list[Replica] = []
     try:
-        for replica in (a, b):
+        for name in "AB":
+            options = ("--migrate",) if example == "django" and name == "A" else ()
+            replica = Replica(APPS[example], name, schema, gates, tmp_path, timeline, *options)
+            started.append(replica)
             wait_for(f"replica {replica.name} to answer HTTP", replica.answering, seconds=30, every=0.05)
-            timeline.note(replica.name, f"answers HTTP on port {replica.port} (pid {replica.process.pid})")
+            timeline.note(replica.name, f"{example} answers HTTP on port {replica.port} (pid {replica.process.pid})")
+        a, b = started
         yield a, b, gates, timeline
     finally:
         print(timeline.show())
-        for replica in (a, b):
+        for replica in started:
             if replica.process.poll() is None:
                 replica.process.kill()
                 replica.process.wait(10)
@@ -224,11 +244,27 @@ def _cancel_from_the_other_replica(a: Replica, b: Replica, gates: Gates) -> None
     b.wait_state("running", a.replica, "and the refund?")
     status, cancelled = b.post("/cancel")
     assert (status, cancelled["cancelled"]) == (200, True)
+    _renewed_twice(b)  # A's heartbeat brought the cancel to A's run
     gates.open_next("A's model calls look_up, which the cancel stops")
     done = b.wait_state("cancelled", a.replica)
     last = done["messages"][-1]["content"]
     assert [(c["type"], c["is_error"]) for c in last] == [("tool_result", True)]
     assert "cancelled" in last[0]["text"]
+
+
+def _renewed_twice(b: Replica) -> None:
+    """Wait until the holder's lease was renewed twice since now: the first renewal began after
+    this call, and the holder's heartbeat has taken in what it learned before making the second."""
+    seen = [b.get()["lease_expires_at"]]
+
+    def twice() -> bool:
+        now = b.get()["lease_expires_at"]
+        if now != seen[-1]:
+            seen.append(now)
+        return len(seen) >= 3
+
+    wait_for("two renewals of the holder's lease", twice)
+    b.timeline.note("B", "GET  sees A's lease renewed twice since the cancel: A's heartbeat has seen it")
 
 
 def _takeover_after_sigkill(a: Replica, b: Replica, gates: Gates) -> list[str]:

@@ -1,6 +1,6 @@
 """A local OpenAI Responses API: the real wire format, the real checks, a scripted model.
 
-    with FakeResponses([Answer("Hi")], api_key=KEY) as fake:
+    with FakeResponsesAPI([Answer("Hi")], api_key=KEY) as fake:
         endpoint = OpenAIResponsesEndpoint("gpt-test", api_key=KEY, base_url=fake.url)
 
 An answer is a response object whose ``output`` holds, in order, a reasoning item (with
@@ -30,8 +30,8 @@ from typing import Any
 
 import attrs
 
-from tests.fakes.fake_openai import Call, FakeOpenAI
-from tests.fakes.fake_server import Handler, Rejected, pieces
+from agentsessions.testing.fakes.chat_completions import Call, FakeChatCompletionsAPI
+from agentsessions.testing.fakes.server import FAKE_KEY, Handler, Rejected, pieces
 
 USER_PARTS = frozenset({"input_text", "input_image", "input_file"})
 ASSISTANT_PARTS = frozenset({"output_text", "refusal"})
@@ -72,12 +72,12 @@ def invalid(message: str, param: str | None = None) -> Rejected:
     return Rejected(400, "invalid_request_error", message, param)
 
 
-class FakeResponses(FakeOpenAI):
+class FakeResponsesAPI(FakeChatCompletionsAPI):
     """The Responses API under ``url`` (``origin + "/v1"``); see the module docstring."""
 
     path = "/v1/responses"
 
-    def __init__(self, script: Sequence[object] = (), *, api_key: str) -> None:
+    def __init__(self, script: Sequence[object] = (), *, api_key: str = FAKE_KEY) -> None:
         super().__init__(script, api_key=api_key)
         self.answered = 0
         self.reasoning_items: dict[str, dict[str, Any]] = {}  # by id, as this server sent them

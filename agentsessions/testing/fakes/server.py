@@ -28,6 +28,9 @@ from typing import Any, Self
 
 import attrs
 
+FAKE_KEY = "sk-fake-key"
+"""The key a fake server accepts unless given another; the endpoint must send the same one."""
+
 
 @attrs.frozen
 class Fail:
@@ -142,7 +145,7 @@ class FakeServer:
     path = "/"
     request_id_header = "request-id"
 
-    def __init__(self, script: Iterable[object] = (), *, api_key: str) -> None:
+    def __init__(self, script: Iterable[object] = (), *, api_key: str = FAKE_KEY) -> None:
         self.api_key = api_key
         self.script: deque[object] = deque(script)
         self.requests: list[Seen] = []
@@ -158,6 +161,11 @@ class FakeServer:
     def origin(self) -> str:
         """``http://127.0.0.1:PORT``."""
         return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    @property
+    def base_url(self) -> str:
+        """What to give the endpoint as its ``base_url``."""
+        return self.origin
 
     def __enter__(self) -> Self:
         self._thread.start()

@@ -1,6 +1,6 @@
 """A local OpenAI Chat Completions API: the real wire format, the real checks, a scripted model.
 
-    with FakeOpenAI([Reply("Hi")], api_key=KEY) as fake:
+    with FakeChatCompletionsAPI([Reply("Hi")], api_key=KEY) as fake:
         endpoint = OpenAIEndpoint("gpt-test", api_key=KEY, base_url=fake.url)
 
 Streamed, a reply goes out as the API's chunks: a first chunk with the role, text
@@ -22,7 +22,7 @@ from typing import Any
 
 import attrs
 
-from tests.fakes.fake_server import Fail, FakeServer, Handler, Rejected, pieces
+from agentsessions.testing.fakes.server import Fail, FakeServer, Handler, Rejected, pieces
 
 NO_KEY = (
     "You didn't provide an API key. You need to provide your API key in an Authorization header using "
@@ -70,7 +70,7 @@ def mask(key: str) -> str:
     return key[:3] + "*" * max(len(key) - 7, 0) + key[-4:]
 
 
-class FakeOpenAI(FakeServer):
+class FakeChatCompletionsAPI(FakeServer):
     """The Chat Completions API under ``url`` (``origin + "/v1"``); see the module docstring."""
 
     path = "/v1/chat/completions"
@@ -80,6 +80,11 @@ class FakeOpenAI(FakeServer):
     def url(self) -> str:
         """The base URL a client is given."""
         return self.origin + "/v1"
+
+    @property
+    def base_url(self) -> str:
+        """What to give the endpoint as its ``base_url`` (the API's ``/v1``)."""
+        return self.url
 
     def error_body(self, fail: Fail, param: str | None, request_id: str) -> object:
         """``{"error": {"message", "type", "param", "code"}}``."""
@@ -142,7 +147,7 @@ class FakeOpenAI(FakeServer):
                     f"{', '.join(sorted(pending))}",
                     f"messages.[{index}].role",
                 )
-            FakeOpenAI._check_content(index, message)
+            FakeChatCompletionsAPI._check_content(index, message)
             calls = (message.get("tool_calls") or []) if role == "assistant" else []
             for call in calls:
                 if not isinstance(call.get("function", {}).get("arguments"), str):

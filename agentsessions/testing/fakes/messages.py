@@ -1,6 +1,6 @@
 """A local Anthropic Messages API: the real wire format, the real checks, a scripted model.
 
-    with FakeAnthropic([Reply([text("Hi")])], api_key=KEY) as fake:
+    with FakeMessagesAPI([Reply([text("Hi")])], api_key=KEY) as fake:
         endpoint = AnthropicEndpoint("claude-test", api_key=KEY, base_url=fake.origin)
 
 Replies are written as the API's content blocks. Streamed, a tool call's input goes out
@@ -38,8 +38,8 @@ from typing import Any
 
 import attrs
 
-from tests.fakes.fake_prompt_cache import PromptCache
-from tests.fakes.fake_server import Fail, FakeServer, Handler, Rejected, dumps, pieces
+from agentsessions.testing.fakes.prompt_cache import PromptCache
+from agentsessions.testing.fakes.server import FAKE_KEY, Fail, FakeServer, Handler, Rejected, dumps, pieces
 
 PREFILL_REFUSED = (
     "This model does not support assistant message prefill. The conversation must end with a user message."
@@ -97,13 +97,18 @@ def _invalid(message: str) -> Rejected:
     return Rejected(400, "invalid_request_error", message)
 
 
-class FakeAnthropic(FakeServer):
+class FakeMessagesAPI(FakeServer):
     """The Messages API at ``origin``; see the module docstring."""
 
     path = "/v1/messages"
 
     def __init__(
-        self, script: Sequence[object] = (), *, api_key: str, prefill: bool = True, count_tokens: bool = False
+        self,
+        script: Sequence[object] = (),
+        *,
+        api_key: str = FAKE_KEY,
+        prefill: bool = True,
+        count_tokens: bool = False,
     ) -> None:
         super().__init__(script, api_key=api_key)
         self.prefill = prefill

@@ -1,0 +1,338 @@
+"""``encrypted(store, keyring)``: the same store, keeping ciphertext where it kept text.
+
+The wrapper has exactly the methods of the store it wraps, so whatever looks for a
+capability (``isinstance(store, RunStore)``, storetest, the runner) finds the same ones.
+Messages and steers are sealed on the way in and opened on the way out (see
+:mod:`agentsessions.crypto._sealing`); records, listings, claims and leases pass through
+untouched, since nothing in them is the conversation.
+
+A save costs what is new, as the stores promise: the stores compare the new transcript
+with the one they last saw, so a message already saved must be handed to them as the very
+same ciphertext, not encrypted afresh under a new nonce. The wrapper remembers, for the
+sessions it used lately, each message it sealed or opened beside the ciphertext it
+stands for, and seals only the messages after what the new transcript shares with that.
+A read reuses them the same way: a stored row equal to a ciphertext remembered for that
+session and position holds the message remembered with it.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections import OrderedDict
+from collections.abc import Collection, Iterator, Sequence
+from typing import Any, Protocol, overload
+
+import attrs
+
+from agentsessions.crypto._keyring import Keyring
+from agentsessions.crypto._sealing import Sealer
+from agentsessions.messages import Message, check_transcript, transcript_list
+from agentsessions.runs import Claim, Progress, Renewal, RunState, SessionInfo, Steer
+from agentsessions.session import ForkStore, RunStore, Store, check_fork_at, check_session_id, check_steer
+from agentsessions.stores.kit import arguments
+
+SEED_METHODS = ("save", "messages", "add_steer", "take_steers")
+"""What every store has (:class:`~agentsessions.session.Store`)."""
+
+OPTIONAL_METHODS = (
+    *("info", "sessions", "delete", "cancel", "claim", "peek_steers", "save_run", "renew"),
+    *("fork", "close"),
+)
+"""The methods the wrapper has when, and only when, the store it wraps has them."""
+
+_REMEMBERED = 256  # sessions; a run's session stays among them while the run lives
+
+
+@attrs.frozen
+class _Known:
+    """A session's messages as this wrapper last sealed or opened them, beside their ciphertexts.
+
+    Lists never changed once remembered: a save builds new ones.
+    """
+
+    plain: list[Message]
+    sealed: list[Message]
+
+
+class _KnownSessions:
+    """A bounded map from session id to :class:`_Known`, least recently used dropped first.
+
+    The lock guards the dict only, never a store call, so sessions never wait for each other.
+    """
+
+    def __init__(self, size: int = _REMEMBERED) -> None:
+        self._size = size
+        self._known: OrderedDict[str, _Known] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, session_id: str) -> _Known | None:
+        with self._lock:
+            known = self._known.get(session_id)
+            if known is not None:
+                self._known.move_to_end(session_id)
+            return known
+
+    def remember(self, session_id: str, plain: list[Message], sealed: list[Message]) -> None:
+        known = _Known(plain, sealed)
+        with self._lock:
+            self._known[session_id] = known
+            self._known.move_to_end(session_id)
+            if len(self._known) > self._size:
+                self._known.popitem(last=False)
+
+    def forget(self, session_id: str) -> None:
+        with self._lock:
+            self._known.pop(session_id, None)
+
+
+def _shared_prefix(old: list[Message], new: list[Message]) -> int:
+    # List equality checks identity first: the messages a run saves again are the same objects.
+    n = min(len(old), len(new))
+    if (old if n == len(old) else old[:n]) == new[:n]:
+        return n
+    return next(i for i in range(n) if old[i] != new[i])
+
+
+class EncryptedStore:
+    """A store whose messages and steers are kept encrypted; what :func:`encrypted` returns.
+
+    ``inner`` is the store it wraps and ``keyring`` its keys. It has the four methods of
+    :class:`~agentsessions.Store`, and each further method of a
+    :class:`~agentsessions.RunStore` or :class:`~agentsessions.ForkStore` exactly when
+    ``inner`` has it. Safe to share between threads when ``inner`` is.
+    """
+
+    __slots__ = ("_known", "_sealer", "_twins", "_twins_lock", "inner")
+
+    def __init__(self, inner: Store, sealer: Sealer) -> None:
+        self.inner = inner
+        self._sealer = sealer
+        self._known = _KnownSessions()
+        # Per session: steers that are copies of a steer peeked under another seq (see _open_steers).
+        self._twins: dict[str, dict[int, list[int]]] = {}
+        self._twins_lock = threading.Lock()
+
+    @property
+    def keyring(self) -> Keyring:
+        """The keys this store encrypts and decrypts with."""
+        return self._sealer.keyring
+
+    @property
+    def allow_plaintext(self) -> bool:
+        """Whether plaintext rows (written before encryption) are read instead of refused."""
+        return self._sealer.allow_plaintext
+
+    def __repr__(self) -> str:
+        return f"encrypted({self.inner!r}, {self.keyring!r})"
+
+    # --- The seed's four --------------------------------------------------------------------
+
+    def save(self, session_id: str, messages: Sequence[Message]) -> None:
+        """Make ``messages`` the session's transcript, each message stored encrypted."""
+        self.inner.save(session_id, self._seal_transcript(session_id, messages))
+
+    def messages(self, session_id: str) -> list[Message]:
+        """The session's transcript, decrypted; raises :class:`~agentsessions.DecryptionError`, never skips."""
+        return self._open_transcript(session_id, self.inner.messages(check_session_id(session_id)))
+
+    def add_steer(self, session_id: str, text: str) -> Any:
+        """Leave a steer, stored encrypted; returns what the wrapped store returns (its ``RunState``)."""
+        check_session_id(session_id)
+        return self.inner.add_steer(session_id, self._sealer.seal_steer(session_id, check_steer(text)))
+
+    def take_steers(self, session_id: str) -> list[str]:
+        """Remove and return the waiting steers, decrypted, oldest first."""
+        stored = self.inner.take_steers(check_session_id(session_id))
+        opened, _ = self._open_steers(session_id, [Steer(seq, text) for seq, text in enumerate(stored)])
+        return [steer.text for steer in opened]
+
+    # --- Sealing and opening, remembered ------------------------------------------------------
+
+    def _seal_transcript(self, session_id: str, messages: Sequence[Message]) -> list[Message]:
+        check_session_id(session_id)
+        new = transcript_list(messages)
+        known = self._known.get(session_id)
+        shared = _shared_prefix(known.plain, new) if known is not None else 0
+        check_transcript(new, start=shared)  # the shared prefix was checked when first sealed
+        sealed = known.sealed[:shared] if known is not None else []
+        sealed += [self._sealer.seal_message(session_id, i, new[i]) for i in range(shared, len(new))]
+        self._known.remember(session_id, list(new), sealed)  # a copy: the caller's list grows on
+        return sealed
+
+    def _open_transcript(self, session_id: str, stored: list[Message]) -> list[Message]:
+        known = self._known.get(session_id)
+        seen = known.sealed if known is not None else []
+        plain = [
+            known.plain[i] if known is not None and i < len(seen) and seen[i] == row else self._open(session_id, i, row)
+            for i, row in enumerate(stored)
+        ]
+        self._known.remember(session_id, plain, stored)
+        return list(plain)  # the caller's to change
+
+    def _open(self, session_id: str, position: int, row: Message) -> Message:
+        return self._sealer.open_message(session_id, position, row)
+
+    def _open_steers(self, session_id: str, stored: Sequence[Steer]) -> tuple[list[Steer], dict[int, list[int]]]:
+        """The steers decrypted, and the twins left out: ``{seq shown: [seqs of its copies]}``.
+
+        ``rekey`` re-encrypts a steer by adding a copy under the same steer id and then
+        deleting the original; killed in between, it leaves both. Only the first is
+        shown; its copies are deleted by the save that takes it.
+        """
+        first_seq: dict[bytes, int] = {}
+        opened: list[Steer] = []
+        twins: dict[int, list[int]] = {}
+        for steer in stored:
+            steer_id, text = self._sealer.open_steer(session_id, steer.text)
+            first = first_seq.get(steer_id) if steer_id else None
+            if first is None:
+                first_seq[steer_id] = steer.seq
+                opened.append(Steer(steer.seq, text))
+            else:
+                twins.setdefault(first, []).append(steer.seq)
+        return opened, twins
+
+    def _keep_twins(self, session_id: str, twins: dict[int, list[int]]) -> None:
+        with self._twins_lock:
+            if twins:
+                self._twins[session_id] = twins
+            else:
+                self._twins.pop(session_id, None)
+
+    def _with_twins(self, session_id: str, taken: Sequence[int]) -> list[int]:
+        with self._twins_lock:
+            twins = self._twins.pop(session_id, {})
+        return [*taken, *(twin for seq in taken for twin in twins.get(seq, ()))]
+
+
+class _Everything(EncryptedStore):
+    """Every optional method; :func:`encrypted` builds a class with those the wrapped store has."""
+
+    __slots__ = ()
+
+    inner: Any  # has whichever of these methods the class was built with
+
+    def info(self, session_id: str) -> SessionInfo:
+        """The session's record, as the wrapped store keeps it (nothing in it is encrypted)."""
+        result: SessionInfo = self.inner.info(session_id)
+        return result
+
+    def sessions(
+        self,
+        *,
+        state: RunState | Collection[RunState] | None = None,
+        updated_before: Any = None,
+        **filters: Any,
+    ) -> Iterator[SessionInfo]:
+        """The wrapped store's listing (ids, states and times are kept in clear, for this)."""
+        result: Iterator[SessionInfo] = self.inner.sessions(state=state, updated_before=updated_before, **filters)
+        return result
+
+    def delete(self, session_id: str) -> bool:
+        """Remove the session whole; ``True`` if it existed."""
+        deleted: bool = self.inner.delete(session_id)
+        self._known.forget(session_id)
+        return deleted
+
+    def cancel(self, session_id: str) -> bool:
+        """Ask the run holding the session to stop; ``False`` when no live run holds it."""
+        result: bool = self.inner.cancel(session_id)
+        return result
+
+    def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
+        """Hold the session for a run (the wrapped store's claim)."""
+        result: Claim = self.inner.claim(session_id, replica=replica, lease=lease)
+        return result
+
+    def renew(self, claims: Sequence[Claim]) -> Renewal:
+        """Extend the leases of ``claims`` (the wrapped store's renewal)."""
+        result: Renewal = self.inner.renew(claims)
+        return result
+
+    def peek_steers(self, session_id: str) -> list[Steer]:
+        """The steers waiting, decrypted, oldest first, left in place."""
+        stored = self.inner.peek_steers(check_session_id(session_id))
+        opened, twins = self._open_steers(session_id, stored)
+        self._keep_twins(session_id, twins)
+        return opened
+
+    def save_run(
+        self,
+        claim: Claim,
+        messages: Sequence[Message],
+        *,
+        taken: Sequence[int] = (),
+        end: RunState | None = None,
+        unless_steered: bool = False,
+    ) -> Progress:
+        """Save encrypted as the run holding ``claim`` (the wrapped store's ``save_run``); steers decrypted."""
+        call = arguments.save_run(claim, taken, end, unless_steered)  # before sealing reads the claim
+        sealed = self._seal_transcript(claim.session_id, messages)
+        taken = self._with_twins(claim.session_id, call.taken)
+        progress: Progress = self.inner.save_run(
+            claim, sealed, taken=taken, end=call.end, unless_steered=call.unless_steered
+        )
+        if not progress.pending:
+            return progress
+        pending, twins = self._open_steers(claim.session_id, progress.pending)
+        self._keep_twins(claim.session_id, twins)
+        return attrs.evolve(progress, pending=tuple(pending))
+
+    def fork(self, session_id: str, new_id: str, *, at: int | None = None) -> None:
+        """A new idle session holding the first ``at`` messages, re-encrypted for its own id.
+
+        The ciphertexts are bound to their session, so they cannot be copied as they are:
+        the wrapped store forks nothing (``at=0``, which refuses an existing ``new_id``),
+        then the prefix is saved under the new id. A reader sees the new session empty
+        for that instant, never part of the prefix.
+        """
+        check_session_id(new_id)
+        source = self.messages(session_id)
+        cut = check_fork_at(at, len(source))
+        self.inner.fork(session_id, new_id, at=0)
+        if cut:
+            self.inner.save(new_id, self._seal_transcript(new_id, source[:cut]))
+
+    def close(self) -> None:
+        """Close the wrapped store."""
+        self.inner.close()
+
+
+@functools.cache
+def _wrapper_class(methods: frozenset[str]) -> type[EncryptedStore]:
+    # A class per set of methods: protocols and storetest look for methods on the class,
+    # so a method the wrapped store lacks must be absent, not present and failing.
+    chosen = {name: vars(_Everything)[name] for name in OPTIONAL_METHODS if name in methods}
+    return type("EncryptedStore", (EncryptedStore,), {"__slots__": (), "__doc__": EncryptedStore.__doc__, **chosen})
+
+
+class _RunForkStore(RunStore, ForkStore, Protocol):
+    """A store that keeps runs and forks: what the library's persistent stores are."""
+
+
+@overload
+def encrypted(store: _RunForkStore, keyring: Keyring, allow_plaintext: bool = False) -> _RunForkStore: ...
+@overload
+def encrypted(store: RunStore, keyring: Keyring, allow_plaintext: bool = False) -> RunStore: ...
+@overload
+def encrypted(store: Store, keyring: Keyring, allow_plaintext: bool = False) -> Store: ...
+def encrypted(store: Store, keyring: Keyring, allow_plaintext: bool = False) -> Store:
+    """``store``, keeping message contents, steer texts and tool inputs encrypted with ``keyring``.
+
+    The result has the same methods as ``store`` (any of the library's stores, one with
+    only the four methods of :class:`~agentsessions.Store`, a third party's): use it
+    wherever ``store`` was used. Session ids, states, times, holders and metadata stay in
+    clear, for listing. A row that does not decrypt raises
+    :class:`~agentsessions.DecryptionError`; a plaintext row too, unless
+    ``allow_plaintext`` (for a store being moved over: ``agentsessions rekey`` then
+    encrypts what is left).
+    """
+    if isinstance(store, EncryptedStore):
+        raise TypeError("the store is encrypted already: wrap the store itself, once")
+    missing = [name for name in SEED_METHODS if not callable(getattr(store, name, None))]
+    if missing:
+        raise TypeError(f"{type(store).__name__} is not a store: it has no {', '.join(missing)}")
+    methods = frozenset(name for name in OPTIONAL_METHODS if callable(getattr(store, name, None)))
+    wrapper: Store = _wrapper_class(methods)(store, Sealer(keyring, allow_plaintext=allow_plaintext))
+    return wrapper

@@ -1,1 +1,0 @@
-"""Local HTTP servers that speak the providers' wire formats (Messages, Chat Completions, Responses)."""
