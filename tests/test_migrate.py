@@ -19,7 +19,7 @@ from typing import IO, Any
 import pytest
 
 import agentsessions as agent
-from tests.support.backends import Opener
+from tests.support.backends import Opener, store_params
 from tests.support.schema_v1 import record_version, scratch_at, url_of, versions
 
 VERSIONED = ("sqlite", "postgres")
@@ -30,7 +30,10 @@ TRIALS = int(os.environ.get("AGENTSESSIONS_CRASH_TRIALS", "4"))
 PATIENCE = 300.0  # a bound for a stuck process, not a pace
 
 
-@pytest.fixture(params=VERSIONED)
+pytestmark = pytest.mark.slow  # every test starts interpreters
+
+
+@pytest.fixture(params=store_params(*VERSIONED))
 def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -202,6 +205,7 @@ def test_four_at_once_one_applies_and_all_exit_0(kind: str, tmp_path: Path) -> N
             assert versions(store) == [WANTED]  # recorded once: nothing applied twice
 
 
+@pytest.mark.crash
 def test_a_migration_killed_half_way_finishes_when_run_again(kind: str, tmp_path: Path) -> None:
     seed = random.randrange(2**32)
     rng = random.Random(seed)

@@ -145,7 +145,7 @@ def record_version(store: Any, version: int) -> None:
 def url_of(opener: Opener) -> str:
     """The store URL of a scratch place (what ``agentsessions migrate --store`` is given)."""
     import functools
-    from urllib.parse import quote, urlsplit, urlunsplit
+    from urllib.parse import quote
 
     assert isinstance(opener, functools.partial)
     name, args = opener.func.__name__, opener.args
@@ -154,12 +154,9 @@ def url_of(opener: Opener) -> str:
     if name == "open_postgres":
         return backends.postgres_url(args[0], args[1])
     if name == "open_mysql":
-        host, port, user, password, database = args
-        return f"mysql://{quote(user)}:{quote(password)}@{host}:{port}/{database}"
+        return backends.mysql_url(*args)
     if name == "open_mongodb":
-        uri, database = args
-        parts = urlsplit(uri)
-        return str(urlunsplit(parts._replace(path="/" + database)))
+        return backends.mongodb_url(*args)
     if name == "open_redis":
         url, prefix = args
         return f"{url}?prefix={quote(prefix)}"

@@ -18,7 +18,7 @@ import pytest
 
 import agentsessions as agent
 from agentsessions.stores.kit import schema
-from tests.support.backends import Opener
+from tests.support.backends import Opener, store_params
 from tests.support.previous_release import run_previous, snapshot
 from tests.support.schema_v1 import record_version, scratch_at, versions
 
@@ -91,11 +91,12 @@ def test_sql_statements_split_where_each_statement_ends() -> None:
 # --- Every persistent store ----------------------------------------------------------------
 
 
-@pytest.fixture(params=VERSIONED)
+@pytest.fixture(params=store_params(*VERSIONED))
 def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@pytest.mark.slow  # the previous release runs in subprocesses
 def test_version_1_data_reads_back_unchanged_and_the_previous_release_keeps_working(kind: str, tmp_path: Path) -> None:
     prefix = f"v1-{secrets.token_hex(3)}-"
     with scratch_at(kind, tmp_path, version=1) as opener:
@@ -121,6 +122,7 @@ def test_version_1_data_reads_back_unchanged_and_the_previous_release_keeps_work
             assert versions(store) == [WANTED]
 
 
+@pytest.mark.slow
 def test_the_previous_release_takes_a_steer_this_release_left(kind: str, tmp_path: Path) -> None:
     prefix = f"v1-{secrets.token_hex(3)}-"
     with scratch_at(kind, tmp_path, version=1) as opener, migrated(opener) as store:
@@ -205,6 +207,7 @@ def _open_at_once(path: str, barrier: Any, results: Any) -> None:
         results.put((store.schema_version(), store.messages(session_id) == [agent.Message.user(session_id)]))
 
 
+@pytest.mark.slow  # four spawned interpreters
 def test_sqlite_migrates_once_while_processes_open_it_at_once_and_one_reads(tmp_path: Path) -> None:
     import multiprocessing
     import sqlite3
