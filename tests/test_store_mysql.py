@@ -34,6 +34,7 @@ import agentsessions as agent
 from agentsessions.codec import encode_text
 from agentsessions.runs import Claim, Renewal
 from agentsessions.stores import mysql
+from agentsessions.stores.urls import from_url
 from agentsessions.testing import storetest
 from tests.support.crossprocess import check_steers_across_processes
 from tests.support.replicas import check_replicas_notice_each_other, numbered_transcript
@@ -172,6 +173,18 @@ def test_a_single_connection_is_refused_with_what_to_pass_instead(database: str)
     finally:
         conn.close()
 
+
+def test_the_repr_names_the_server_and_never_the_password(database: str) -> None:
+    secret = f"not-shown-{secrets.token_hex(4)}"
+    partial = functools.partial(pymysql.connect, host="db.example", port=3307, password=secret, database="app")
+    assert repr(mysql.MySQLStore(partial)) == "MySQLStore('db.example:3307/app')"
+    pool = PooledDB(pymysql, mincached=0, host=MYSQL_HOST, user="app", password=secret, database=database)
+    try:
+        assert repr(mysql.MySQLStore(pool.connection)) == "MySQLStore(<PooledDB.connection>)"
+    finally:
+        pool.close()
+    with from_url(f"mysql://app:{secret}@127.0.0.1:3306/{database}") as store:  # what the docs and the CLI use
+        assert repr(store) == f"MySQLStore('127.0.0.1:3306/{database}')"
 
 def test_a_save_writes_only_the_new_messages(store: mysql.MySQLStore, database: str) -> None:
     messages = numbered_transcript(50)

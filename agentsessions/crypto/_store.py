@@ -30,6 +30,7 @@ from agentsessions.crypto._sealing import Sealer
 from agentsessions.messages import Message, check_transcript, transcript_list
 from agentsessions.runs import Claim, Progress, Renewal, RunState, SessionInfo, Steer
 from agentsessions.session import ForkStore, RunStore, Store, check_fork_at, check_session_id, check_steer
+from agentsessions.stores.kit import arguments
 
 SEED_METHODS = ("save", "messages", "add_steer", "take_steers")
 """What every store has (:class:`~agentsessions.session.Store`)."""
@@ -266,9 +267,12 @@ class _Everything(EncryptedStore):
         unless_steered: bool = False,
     ) -> Progress:
         """Save encrypted as the run holding ``claim`` (the wrapped store's ``save_run``); steers decrypted."""
+        call = arguments.save_run(claim, taken, end, unless_steered)  # before sealing reads the claim
         sealed = self._seal_transcript(claim.session_id, messages)
-        taken = self._with_twins(claim.session_id, taken)
-        progress: Progress = self.inner.save_run(claim, sealed, taken=taken, end=end, unless_steered=unless_steered)
+        taken = self._with_twins(claim.session_id, call.taken)
+        progress: Progress = self.inner.save_run(
+            claim, sealed, taken=taken, end=call.end, unless_steered=call.unless_steered
+        )
         if not progress.pending:
             return progress
         pending, twins = self._open_steers(claim.session_id, progress.pending)

@@ -23,8 +23,6 @@ from agentsessions.runs import (
     SessionInfo,
     Steer,
     busy,
-    check_end,
-    check_lease,
     check_updated_before,
     derive_state,
     state_filter,
@@ -32,6 +30,7 @@ from agentsessions.runs import (
     utcnow,
 )
 from agentsessions.session import check_fork_at, check_session_id, check_steer
+from agentsessions.stores.kit import arguments
 
 __all__ = ["MemoryStore"]
 
@@ -194,7 +193,7 @@ class MemoryStore:
 
     def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
         """Hold the session for a run, taking over a stalled one; busy while another lease is live."""
-        lease = check_lease(lease)
+        session_id, replica, lease = arguments.claim(session_id, replica, lease)
         entry = self._locked(session_id)
         try:
             now = utcnow()
@@ -225,7 +224,8 @@ class MemoryStore:
         unless_steered: bool = False,
     ) -> Progress:
         """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``."""
-        end = check_end(end)
+        call = arguments.save_run(claim, taken, end, unless_steered)
+        end, unless_steered = call.end, call.unless_steered
         entry = self._sessions.get(claim.session_id)
         if entry is None:
             raise superseded(claim)
@@ -233,7 +233,7 @@ class MemoryStore:
         with entry.lock:
             if self._sessions.get(claim.session_id) is not entry or not entry.holds(claim):
                 raise superseded(claim)
-            gone = set(taken)
+            gone = set(call.taken)
             entry.steers = [steer for steer in entry.steers if steer.seq not in gone]
             now = utcnow()
             entry.messages, entry.updated_at = snapshot, now
@@ -248,7 +248,7 @@ class MemoryStore:
     def renew(self, claims: Sequence[Claim]) -> Renewal:
         """Extend each claim's lease; report the claims lost and those asked to cancel."""
         lost, cancelling = set(), set()
-        for claim in claims:
+        for claim in arguments.renew(claims):
             entry = self._sessions.get(claim.session_id)
             if entry is None:
                 lost.add(claim)

@@ -38,8 +38,6 @@ from agentsessions.runs import (
     SessionInfo,
     Steer,
     busy,
-    check_end,
-    check_lease,
     check_updated_before,
     derive_state,
     state_filter,
@@ -47,7 +45,7 @@ from agentsessions.runs import (
     utcnow,
 )
 from agentsessions.session import check_fork_at, check_session_id, check_steer
-from agentsessions.stores.kit import values
+from agentsessions.stores.kit import arguments, values
 from agentsessions.stores.kit.failures import translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
@@ -298,8 +296,8 @@ class SQLiteStore:
 
     def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
         """Hold the session for a run, taking over a stalled one; busy while another lease is live."""
-        lease = check_lease(lease)
-        key = encode_text(check_session_id(session_id))
+        session_id, replica, lease = arguments.claim(session_id, replica, lease)
+        key = encode_text(session_id)
         with self._errors("claim", session_id), self._transaction() as db:
             now = _now()
             run_state, expires, holder = _hold(db, key)
@@ -326,16 +324,16 @@ class SQLiteStore:
         unless_steered: bool = False,
     ) -> Progress:
         """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``."""
-        plan = plan_save(self._known, claim.session_id, messages)
-        ending = check_end(end)
+        call = arguments.save_run(claim, taken, end, unless_steered)
+        plan, ending = plan_save(self._known, claim.session_id, messages), call.end
         revision, key = new_revision(), encode_text(claim.session_id)
         with self._errors("save the run", claim.session_id), self._transaction() as db:
             row = db.execute(_SELECT_RUN, (key,)).fetchone()
             if row is None or row[2] != claim.token or row[3] != RunState.RUNNING:
                 raise superseded(claim)
-            db.executemany(_DELETE_STEER, [(key, seq) for seq in taken])
+            db.executemany(_DELETE_STEER, [(key, seq) for seq in call.taken])
             _write_messages(db, key, plan, row[:2])
-            pending = db.execute(_PEEK_STEERS, (key,)).fetchall() if ending and unless_steered else []
+            pending = db.execute(_PEEK_STEERS, (key,)).fetchall() if ending and call.unless_steered else []
             release, now = None if pending else ending, _now()
             state, cancel = (RunState.RUNNING.value, row[5]) if release is None else (release.value, 0)
             db.execute(_SAVE_RUN, (revision, len(plan.messages), now, now + values.span(row[4]), state, cancel, key))
@@ -346,7 +344,7 @@ class SQLiteStore:
 
     def renew(self, claims: Sequence[Claim]) -> Renewal:
         """Extend each claim's lease, all in one transaction; report the claims lost and those asked to cancel."""
-        claims = list(claims)
+        claims = arguments.renew(claims)
         if not claims:
             return Renewal()
         lost, cancelling = set(), set()

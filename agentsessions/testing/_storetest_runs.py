@@ -21,6 +21,7 @@ from agentsessions.errors import ConflictError, SessionBusyError
 from agentsessions.messages import Message
 from agentsessions.runs import Claim, Progress, Renewal, RunState, SessionInfo
 from agentsessions.session import RunStore
+from agentsessions.testing._storetest_arguments import ARGUMENTS, check_arguments
 from agentsessions.testing._storetest_runmachine import LONG_LEASE, REPLICAS, check_states
 from agentsessions.testing._storetest_support import (
     JOIN_SECONDS,
@@ -48,7 +49,9 @@ STATES = "run states follow their transitions"
 
 # The focused properties come first, so a broken store is told by the property about its
 # mistake; the state machine, which finds most mistakes too, comes last.
-RUN_PROPERTIES: tuple[str, ...] = (DELETE, TOKENS, CANCEL, CRASH, RELEASE, SAVE_RUN, LEASES, LISTING, STATES)
+RUN_PROPERTIES: tuple[str, ...] = (
+    *(DELETE, TOKENS, CANCEL, CRASH, RELEASE, SAVE_RUN, ARGUMENTS, LEASES, LISTING, STATES),
+)
 """The properties checked only of a :class:`RunStore`, in the order they are checked."""
 
 SHORT_LEASE = 0.3  # the least a lease that is meant to run out lasts; longer on a slow store
@@ -540,6 +543,7 @@ RUN_CHECKS: dict[str, Callable[[Context], None]] = {
     CRASH: _check_crash,
     RELEASE: _check_release,
     SAVE_RUN: _check_save_run,
+    ARGUMENTS: check_arguments,
     LEASES: _check_leases,
     LISTING: _check_listing,
     STATES: check_states,

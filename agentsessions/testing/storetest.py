@@ -21,8 +21,9 @@ two connections to one database do, every property also runs with one object wri
 and the other reading, the way replicas use a store.
 
 The properties of :data:`RUN_PROPERTIES` (claims, leases, fencing, listing, delete,
-cancel) run when the store is a :class:`~agentsessions.session.RunStore`, and are
-reported in :attr:`Report.skipped` for a store with only the four methods of
+cancel, the refusal of bad arguments to run calls) run when the store is a
+:class:`~agentsessions.session.RunStore`, and are reported in :attr:`Report.skipped` for a
+store with only the four methods of
 :class:`~agentsessions.session.Store`. They delete every session they make; the
 sessions of the other properties stay behind. Importing this module imports Hypothesis;
 ``import agentsessions`` never does.
@@ -47,6 +48,7 @@ from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_a
 
 from agentsessions.messages import Content, Message, Role
 from agentsessions.session import MAX_SESSION_ID, ForkStore, RunStore, Store
+from agentsessions.testing._storetest_arguments import ARGUMENTS
 from agentsessions.testing._storetest_fork import FORK, FORK_CHECKS
 from agentsessions.testing._storetest_runs import RUN_CHECKS, RUN_PROPERTIES
 from agentsessions.testing._storetest_support import (
@@ -70,7 +72,7 @@ from agentsessions.testing._storetest_support import (
     transcripts,
 )
 
-__all__ = ["FORK", "PROPERTIES", "RUN_PROPERTIES", "Report", "check", "properties", "run"]
+__all__ = ["ARGUMENTS", "FORK", "PROPERTIES", "RUN_PROPERTIES", "Report", "check", "properties", "run"]
 
 MODEL = "the store agrees with a dict model"
 VERBATIM = "strings are kept verbatim"

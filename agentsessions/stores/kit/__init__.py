@@ -11,8 +11,10 @@ Each module is one concern the stores would otherwise each write again:
   runs the page loop around a store's own query).
 - :mod:`agentsessions.stores.kit.values`: what a record's values read back as (``text``
   from bytes; ``utc``, ``micros``, ``moment`` and ``span`` for the database's times).
+- :mod:`agentsessions.stores.kit.arguments`: the arguments of ``claim``, ``save_run`` and
+  ``renew``, checked before any I/O (a ``TypeError`` or ``ValueError`` naming the argument).
 
-The record itself, its states and the argument checks are in :mod:`agentsessions.runs`
-and :mod:`agentsessions.session`; the encoding of messages, ids and steers in
-:mod:`agentsessions.codec`.
+The record itself, its states and the checks of single values (ids, steers, leases, ends)
+are in :mod:`agentsessions.runs` and :mod:`agentsessions.session`; the encoding of
+messages, ids and steers in :mod:`agentsessions.codec`.
 """

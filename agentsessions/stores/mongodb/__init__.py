@@ -72,8 +72,6 @@ from agentsessions.runs import (
     SessionInfo,
     Steer,
     busy,
-    check_end,
-    check_lease,
     check_updated_before,
     derive_state,
     state_filter,
@@ -81,6 +79,7 @@ from agentsessions.runs import (
     utcnow,
 )
 from agentsessions.session import check_fork_at, check_session_id, check_steer
+from agentsessions.stores.kit import arguments
 from agentsessions.stores.kit.failures import could_not, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
@@ -368,10 +367,7 @@ class MongoStore:
 
     def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
         """Hold the session for a run, taking over a stalled one; busy while another lease is live."""
-        check_session_id(session_id)
-        lease = check_lease(lease)
-        if not isinstance(replica, str):
-            raise TypeError(f"replica must be a str, got {type(replica).__name__}: {replica!r:.80}")
+        session_id, replica, lease = arguments.claim(session_id, replica, lease)
         stored = key(session_id)
         with self._errors("claim", session_id):
             for _ in attempts(self._timeout):
@@ -406,17 +402,15 @@ class MongoStore:
         unless_steered: bool = False,
     ) -> Progress:
         """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``."""
-        if not isinstance(claim, Claim):
-            raise TypeError(f"claim must be a Claim, got {type(claim).__name__}")
-        end = check_end(end)
-        plan, gone = plan_save(self._known, claim.session_id, messages), frozenset(taken)
+        call = arguments.save_run(claim, taken, end, unless_steered)
+        plan, gone, end = plan_save(self._known, claim.session_id, messages), frozenset(call.taken), call.end
         stored = key(claim.session_id)
         with self._errors("save the transcript", claim.session_id):
             for _ in attempts(self._timeout):
                 doc = self._sessions.find_one({"_id": stored}, _RUN_FIELDS)
                 if doc is None or doc.get("token") != claim.token or doc.get("run_state") != RUNNING:
                     raise superseded(claim)
-                step = RunStep.of(doc, claim, gone, end, unless_steered)
+                step = RunStep.of(doc, claim, gone, end, call.unless_steered)
                 revision = self._try_save(plan, stored, parse_state(doc), step)
                 if revision is not None:
                     self._known.remember(claim.session_id, revision, plan.messages)
@@ -425,12 +419,9 @@ class MongoStore:
 
     def renew(self, claims: Sequence[Claim]) -> Renewal:
         """Extend each claim's lease in one write; report the claims lost and those asked to cancel."""
-        claims = list(claims)
+        claims = arguments.renew(claims)
         if not claims:
             return Renewal()
-        for claim in claims:
-            if not isinstance(claim, Claim):
-                raise TypeError(f"renew takes Claims, got {type(claim).__name__}")
         with self._errors(f"renew the leases of {len(claims)} runs", None):
             self._sessions.bulk_write(renewals(claims, micros(utcnow())), ordered=False)
             ids = list({key(c.session_id) for c in claims})

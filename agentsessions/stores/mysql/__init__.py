@@ -42,9 +42,9 @@ from agentsessions import runs
 from agentsessions.codec import decode_text, encode_text
 from agentsessions.errors import ConflictError, SchemaMissingError, StoreError
 from agentsessions.messages import Message
-from agentsessions.runs import UTC, Claim, Progress, Renewal, RunState, SessionInfo, Steer, check_end
+from agentsessions.runs import UTC, Claim, Progress, Renewal, RunState, SessionInfo, Steer
 from agentsessions.session import check_fork_at, check_session_id, check_steer
-from agentsessions.stores.kit import values
+from agentsessions.stores.kit import arguments, values
 from agentsessions.stores.kit.failures import could_not, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
@@ -263,7 +263,8 @@ class MySQLStore:
         self._known = KnownSessions()
 
     def __repr__(self) -> str:
-        return f"MySQLStore({self.connect!r:.120})"
+        # Never repr(connect): a partial's repr shows every keyword, the password among them.
+        return f"MySQLStore({_where(self.connect)})"
 
     # --- Transcripts and steers (the seed's four) ------------------------------------------
 
@@ -404,7 +405,8 @@ class MySQLStore:
 
     def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
         """Hold the session for a run, taking over a stalled one; busy while another lease is live."""
-        lease, key, holder = runs.check_lease(lease), encode_text(check_session_id(session_id)), encode_text(replica)
+        session_id, replica, lease = arguments.claim(session_id, replica, lease)
+        key, holder = encode_text(session_id), encode_text(replica)
         with self._transaction("take a new token", session_id, locking=False) as cur:
             cur.execute(_NEXT_TOKEN)  # committed before the session is locked
             token = int(cur.lastrowid)
@@ -435,8 +437,8 @@ class MySQLStore:
         unless_steered: bool = False,
     ) -> Progress:
         """Save as the holder of ``claim`` in one transaction, deleting the ``taken`` steers; release with ``end``."""
-        end = check_end(end)
-        plan = plan_save(self._known, claim.session_id, messages)
+        call = arguments.save_run(claim, taken, end, unless_steered)
+        plan, end = plan_save(self._known, claim.session_id, messages), call.end
         revision, key = new_revision(), encode_text(claim.session_id)
         rows = _rows(plan, key, plan.shared)
         with self._transaction("save the run", claim.session_id, payload=_largest(rows)) as cur:
@@ -445,10 +447,10 @@ class MySQLStore:
             record = _Record.of(row, claim.session_id) if row else None
             if record is None or not record.holds(claim):
                 raise runs.superseded(claim)
-            _delete_steers(cur, key, list(taken))
+            _delete_steers(cur, key, call.taken)
             _write_transcript(cur, plan, key, rows, record)
             pending: tuple[Steer, ...] = ()
-            if end is not None and unless_steered:
+            if end is not None and call.unless_steered:
                 cur.execute(_SELECT_STEERS, (key,))
                 pending = tuple(Steer(seq, decode_text(text)) for seq, text in cur.fetchall())
             release = None if end is None or pending else end.value
@@ -458,6 +460,7 @@ class MySQLStore:
 
     def renew(self, claims: Sequence[Claim]) -> Renewal:
         """Extend each claim's lease in one UPDATE; a SELECT reads which are held if one lost or is asked to cancel."""
+        claims = arguments.renew(claims)
         if not claims:
             return Renewal()
         pairs = sorted({(encode_text(claim.session_id), claim.token) for claim in claims})
@@ -520,6 +523,15 @@ class MySQLStore:
         finally:
             with suppress(pymysql.err.Error):  # already closed, or dropped by the server
                 conn.close()
+
+
+def _where(connect: Callable[[], Any]) -> str:
+    """What ``connect`` connects to, for a repr: ``'host:port/database'`` from a partial's keywords, else its name."""
+    func, keywords = (connect.func, connect.keywords) if isinstance(connect, functools.partial) else (connect, {})
+    if keywords.keys() & {"host", "port", "unix_socket", "database", "db"}:
+        where = keywords.get("unix_socket") or f"{keywords.get('host') or 'localhost'}:{keywords.get('port') or 3306}"
+        return repr(f"{where}/{keywords.get('database') or keywords.get('db') or ''}")
+    return f"<{getattr(func, '__qualname__', type(func).__qualname__)}>"
 
 
 def _failure(what: str, error: BaseException, *, payload: int) -> StoreError:

@@ -71,15 +71,13 @@ from agentsessions.runs import (
     SessionInfo,
     Steer,
     busy,
-    check_end,
-    check_lease,
     check_updated_before,
     derive_state,
     state_filter,
     superseded,
 )
 from agentsessions.session import check_fork_at, check_session_id, check_steer
-from agentsessions.stores.kit import values
+from agentsessions.stores.kit import arguments, values
 from agentsessions.stores.kit.failures import first_line, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
@@ -404,8 +402,8 @@ class PostgresStore:
 
     def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
         """Hold the session for a run, taking over a stalled one; busy while another lease is live."""
-        lease = check_lease(lease)
-        key = encode_text(check_session_id(session_id))
+        session_id, replica, lease = arguments.claim(session_id, replica, lease)
+        key = encode_text(session_id)
         params = {"id": key, "revision": new_revision(), "holder": encode_text(replica), "lease": lease}
         with self._transaction("claim", session_id) as conn:
             claimed = _cursor(conn).execute(_CLAIM, params)
@@ -434,10 +432,11 @@ class PostgresStore:
         unless_steered: bool = False,
     ) -> Progress:
         """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``."""
+        call = arguments.save_run(claim, taken, end, unless_steered)
         plan = plan_save(self._known, claim.session_id, messages)
-        ending = check_end(end)
-        revision, key, gone = new_revision(), encode_text(claim.session_id), [int(seq) for seq in taken]
-        params = {"revision": revision, "length": len(plan.messages), "id": key, "unless": bool(unless_steered)}
+        ending, gone = call.end, call.taken
+        revision, key = new_revision(), encode_text(claim.session_id)
+        params = {"revision": revision, "length": len(plan.messages), "id": key, "unless": call.unless_steered}
         with self._transaction("save the run", claim.session_id) as conn:
             row = _cursor(conn).execute(_LOCK_RUN, (key,)).fetchone()
             if row is None or row[2] != claim.token or row[3] != RunState.RUNNING:
@@ -450,12 +449,12 @@ class PostgresStore:
         released, cancel_requested, seqs, texts = _one(saved)
         if released:
             return Progress()
-        pending = zip(seqs, texts, strict=True) if ending is not None and unless_steered else ()
+        pending = zip(seqs, texts, strict=True) if ending is not None and call.unless_steered else ()
         return Progress(cancel_requested, tuple(Steer(seq, decode_text(text)) for seq, text in pending))
 
     def renew(self, claims: Sequence[Claim]) -> Renewal:
         """Extend each claim's lease in one statement for them all; report the claims lost and those asked to cancel."""
-        claims = list(claims)
+        claims = arguments.renew(claims)
         if not claims:
             return Renewal()
         keys = [encode_text(claim.session_id) for claim in claims]

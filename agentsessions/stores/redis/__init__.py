@@ -41,8 +41,6 @@ from agentsessions.runs import (
     SessionInfo,
     Steer,
     busy,
-    check_end,
-    check_lease,
     check_updated_before,
     derive_state,
     state_filter,
@@ -50,7 +48,7 @@ from agentsessions.runs import (
     unknown_state,
 )
 from agentsessions.session import check_fork_at, check_session_id, check_steer
-from agentsessions.stores.kit import values
+from agentsessions.stores.kit import arguments, values
 from agentsessions.stores.kit.failures import translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
@@ -231,8 +229,8 @@ class RedisStore:
 
     def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
         """Hold the session for a run, taking over a stalled one; busy while another lease is live."""
-        lease = check_lease(lease)
-        key = encode_text(check_session_id(session_id))
+        session_id, replica, lease = arguments.claim(session_id, replica, lease)
+        key = encode_text(session_id)
         keys = [self._record(key), self._counters, self._index]
         with self._errors("claim", session_id):
             outcome = self._claim(keys, [key, encode_text(replica), values.span(lease), _nonce()])
@@ -263,12 +261,12 @@ class RedisStore:
         One script: the fencing check, the steers' deletion, the messages, the lease and the
         release happen together or not at all.
         """
+        call = arguments.save_run(claim, taken, end, unless_steered)
         plan = plan_save(self._known, claim.session_id, messages)
-        ending = check_end(end)
-        seqs = [int(seq) for seq in taken]
+        ending, seqs = call.end, call.taken
         key, revision = encode_text(claim.session_id), new_revision()
         keys = [self._record(key), self._messages(key), self._index, self._steers(key)]
-        head = [key, claim.token, ending.value if ending else "", int(unless_steered), len(seqs), *seqs]
+        head = [key, claim.token, ending.value if ending else "", int(call.unless_steered), len(seqs), *seqs]
         with self._errors("save the run", claim.session_id):
             for known in _attempts(plan):
                 outcome = self._save_run(keys, [*head, *_tail(plan, known, revision)])
@@ -282,7 +280,7 @@ class RedisStore:
 
     def renew(self, claims: Sequence[Claim]) -> Renewal:
         """Extend each claim's lease, all in one script call; report the claims lost and those asked to cancel."""
-        claims = list(claims)
+        claims = arguments.renew(claims)
         if not claims:
             return Renewal()
         keys = [self._record(encode_text(claim.session_id)) for claim in claims]
