@@ -27,6 +27,7 @@ from agentsessions.errors import (
     RunFinishedError,
     RunnerClosedError,
     SchemaMissingError,
+    SchemaTooNewError,
     SessionBusyError,
     StoreError,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "Runner",
     "RunnerClosedError",
     "SchemaMissingError",
+    "SchemaTooNewError",
     "Session",
     "SessionBusyError",
     "SessionInfo",

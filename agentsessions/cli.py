@@ -12,6 +12,9 @@
     import ID FILE [--replace]     a transcript in that form from FILE (- for stdin)
     console [--bind HOST:PORT]     a web console over the store (default 127.0.0.1:8700); prints
                                    the address to open, carrying a one-time token
+    migrate [--plan] [--sql] [--wait SECONDS]
+                                   brings the store's schema to this release's version, under a
+                                   lock; --plan prints the steps, --sql only their statements
     rekey --keys FILE [--allow-plaintext] [--batch N] [--lease SECONDS]
                                    re-encrypt every session with the keyring's current key,
                                    each under a claim, in batches, printing progress; run it
@@ -54,6 +57,8 @@ Exit codes:
      sessions that runs held (run it again)
   4  store error: no driver, unreachable, refused, tables missing, file missing
   5  an unexpected error (a bug): a traceback follows, with passwords masked
+migrate has its own: 0 up to date or migrated, 1 failed, 2 bad usage, 3 the schema is newer
+than this release's.
 Errors are one line on stderr, starting with "agentsessions: ".
 """
 
@@ -78,6 +83,7 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn
 import attrs
 
 from agentsessions import _format as fmt
+from agentsessions import _migrate
 from agentsessions.codec import dumps, loads
 from agentsessions.errors import AgentSessionsError, ConflictError, StoreError
 from agentsessions.runs import RunState, SessionInfo, exists, utcnow
@@ -106,7 +112,7 @@ class Exit(enum.IntEnum):
 class CliError(Exception):
     """An expected failure: its message is printed as one line, and ``code`` is the exit code."""
 
-    def __init__(self, code: Exit, message: str) -> None:
+    def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
 
@@ -262,6 +268,10 @@ def _console(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
     return Exit.OK
 
 
+def _no_store(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
+    raise AssertionError(f"{args.command} opens no store")  # _run runs migrate itself
+
+
 def _rekey(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
     from agentsessions.crypto import RekeyProgress, rekey
 
@@ -383,7 +393,8 @@ def parser() -> argparse.ArgumentParser:
     doc = __doc__ or ""
     top = _Parser(
         prog=PROG,
-        description="Look at, steer, stop, fork, delete, export and import agentsessions sessions in a store.",
+        description="Look at, steer, stop, fork, delete, export and import agentsessions sessions in a store, "
+        "and migrate its schema.",
         epilog=doc[doc.index("Store URLs") :],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -429,6 +440,12 @@ def parser() -> argparse.ArgumentParser:
     imports.add_argument("id")
     imports.add_argument("file", metavar="FILE")
     imports.add_argument("--replace", action="store_true", help="overwrite an existing session's transcript")
+    migrate = command("migrate", _no_store, "Bring the store's schema to this release's version, under a lock.")
+    migrate.add_argument("--plan", action="store_true", help="print the version found and the steps; apply nothing")
+    migrate.add_argument("--sql", action="store_true", help="print only the steps' statements (for your own tool)")
+    migrate.add_argument(
+        "--wait", type=_seconds, default=60.0, metavar="SECONDS", help="for another migration's lock (default 60)"
+    )
     console = command("console", _console, "Serve a web console over the store; prints the address to open.")
     console.add_argument(
         "--bind", default="127.0.0.1:8700", metavar="HOST:PORT", help="default 127.0.0.1:8700 (this machine only)"
@@ -484,7 +501,7 @@ class _Bug(Exception):
         self.text = text
 
 
-def _code(error: BaseException) -> Exit:
+def _code(error: BaseException) -> int:
     if isinstance(error, CliError):
         return error.code
     if isinstance(error, ConflictError):  # SessionBusyError too
@@ -496,11 +513,16 @@ def _code(error: BaseException) -> Exit:
     return Exit.STORE  # another AgentSessionsError
 
 
-def _run(args: argparse.Namespace, io: Streams) -> Exit:
+def _run(args: argparse.Namespace, io: Streams) -> int:
     raw = args.store or os.environ.get(ENVIRONMENT)
     if not raw:
         raise CliError(Exit.USAGE, f"no store: pass --store URL or set {ENVIRONMENT}")
     url = parse_store_url(raw)
+    if args.command == "migrate":  # no store is opened: opening a SQLite store would migrate it
+        try:
+            return _migrate.migrate(args, url, io.out)
+        except _migrate.MigrateError as error:
+            raise CliError(error.code, url.mask(str(error))) from None
     args.keyring = _keyring(args)
     try:
         if args.command == "import":  # first: a file that is no transcript must not create a SQLite file
@@ -510,12 +532,12 @@ def _run(args: argparse.Namespace, io: Streams) -> Exit:
                 from agentsessions.crypto import encrypted
 
                 store = encrypted(store, args.keyring)
-            result: Exit = args.run(args, store, io)
+            result: int = args.run(args, store, io)
             return result
     except CliError as error:
         raise CliError(error.code, url.mask(str(error))) from None
     except (AgentSessionsError, ValueError) as error:
-        where = f"{url.shown}: " if _code(error) is Exit.STORE else ""
+        where = f"{url.shown}: " if _code(error) == Exit.STORE else ""
         raise CliError(_code(error), url.mask(where + str(error))) from None
     except BrokenPipeError:
         raise

@@ -11,7 +11,8 @@ network or provider.
     │   └── DecryptionError                  a stored ciphertext that does not decrypt; names session and key
     ├── InvalidArgumentsError (ValueError)   a tool call's input that does not fit the tool's schema
     ├── StoreError                           a store or its database failed; chained from the driver
-    │   ├── SchemaMissingError               the tables are missing; names the schema to run
+    │   ├── SchemaMissingError               the tables are missing or older: names the schema or migration to run
+    │   ├── SchemaTooNewError                the schema is two or more versions newer than this release
     │   └── ConflictError                    another run holds or took over the session
     │       └── SessionBusyError             a claim refused: another run's lease is live
     ├── EndpointError                        the model provider gave no answer this library can use
@@ -84,7 +85,20 @@ class StoreError(AgentSessionsError):
 
 
 class SchemaMissingError(StoreError):
-    """The store's tables (or indexes) do not exist; the message names the schema to run."""
+    """The store's tables (or indexes) do not exist, or are an older version than this release's.
+
+    The message names what to run: the store's ``SCHEMA`` for a database with none of its
+    tables; for an older version, the version found, the version wanted, and the command
+    ``agentsessions migrate --store URL``.
+    """
+
+
+class SchemaTooNewError(StoreError):
+    """The database's schema is two or more versions newer than this release's: upgrade agentsessions.
+
+    A schema one version newer is accepted (a migration only adds, so a replica not yet
+    upgraded keeps working after it); two newer may have removed what this release uses.
+    """
 
 
 class ConflictError(StoreError):

@@ -209,8 +209,9 @@ class _Compiler:
         if not (required or properties or additional is not True):
             return []
         compiled = {name: self.compile(sub) for name, sub in properties.items()}
+        exact = {name: found for name, sub in properties.items() if (found := _exact_types(sub))}
         extra = None if additional is True else self.compile(additional)
-        return [_object_check(required, compiled, extra, closed=additional is False)]
+        return [_object_check(required, compiled, exact, extra, closed=additional is False)]
 
     def array_checks(self, schema: Mapping[str, Any]) -> list[Check]:
         prefix, rest = schema.get("prefixItems"), schema.get("items")
@@ -347,7 +348,30 @@ def _limit_check(
     return check_limit
 
 
-def _object_check(required: list[str], properties: dict[str, Check], extra: Check | None, *, closed: bool) -> Check:
+_ANNOTATIONS = frozenset({"type", "description", "title", "default", "examples", "format", "deprecated"})
+
+
+def _exact_types(schema: object) -> frozenset[type]:
+    """For a schema that only names types (``{"type": "integer"}``), the Python types that surely fit.
+
+    A property's value of one of them needs no call at all: most tool arguments are such.
+    """
+    if not isinstance(schema, Mapping) or not _ANNOTATIONS.issuperset(schema) or "type" not in schema:
+        return frozenset()
+    names = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+    if not all(isinstance(name, str) and name in _PYTHON_TYPES for name in names):
+        return frozenset()
+    return frozenset(python for name in names for python in _PYTHON_TYPES[name])
+
+
+def _object_check(
+    required: list[str],
+    properties: dict[str, Check],
+    exact: dict[str, frozenset[type]],
+    extra: Check | None,
+    *,
+    closed: bool,
+) -> Check:
     allowed = ", ".join(properties) or "none"
 
     def check_object(value: object) -> None:
@@ -357,6 +381,8 @@ def _object_check(required: list[str], properties: dict[str, Check], extra: Chec
             if name not in value:
                 raise Mismatch("missing (it is required)").at(name)
         for key, item in value.items():
+            if type(item) in exact.get(key, ()):
+                continue
             sub = properties.get(key, extra)
             if sub is None:
                 continue

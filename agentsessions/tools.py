@@ -69,7 +69,7 @@ class Tool:
         it checks are listed in :mod:`agentsessions.schemas`.
         """
         try:
-            arguments = json.loads(input) if input.strip() else {}
+            arguments = json.loads(input) if input and not input.isspace() else {}
         except ValueError as error:
             raise InvalidArgumentsError("", f"not valid JSON: {error}") from error
         if not isinstance(arguments, dict):

@@ -4,7 +4,7 @@
 
 A linear parser takes about four times as long for four times the data; a parser that
 rescans what it holds with every piece takes about sixteen. The tests check linearity by
-counting the characters scanned (tests/test_endpoint_sse.py); this prints the time.
+counting the characters scanned (tests/endpoints/test_endpoint_sse.py); this prints the time.
 """
 
 from __future__ import annotations

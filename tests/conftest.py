@@ -1,4 +1,11 @@
-"""Fixtures and hooks only: shared helpers live in ``tests.support``, fake providers in ``agentsessions.testing``."""
+"""Fixtures and hooks only: shared helpers live in ``tests.support``, fake providers in ``agentsessions.testing``.
+
+Markers (pyproject.toml lists them) are explicit: a module that needs a database server,
+kills processes, drives a browser or is slow says so with ``pytestmark``, a single test
+with a decorator, a store parameter with ``store_params``. Whatever carries none of
+them is ``fast``: ``pytest -m fast`` runs what needs no server, no killed process and no
+browser. A test that reaches a server without the ``server`` mark fails, saying so.
+"""
 
 from __future__ import annotations
 
@@ -7,63 +14,25 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.backends import PERSISTENT, Opener, scratch_opener
+from tests.support import servers
+from tests.support.backends import PERSISTENT, Opener, scratch_opener, store_params
 
-# Markers (pyproject.toml lists them): `pytest -m fast` runs what needs no server, no
-# subprocess kills and no browser, in well under a minute.
-SERVER_MODULES = {
-    "test_store_postgres.py",
-    "test_store_mysql.py",
-    "test_store_mongodb.py",
-    "test_store_redis.py",
-    "test_example_postgres.py",
-    "test_example_web.py",
-    "test_contrib_django.py",
-}
-SERVER_IDS = ("postgres", "mysql", "mongodb", "redis", "PostgreSQL", "MariaDB", "MongoDB", "Redis")
-CRASH_MODULES = {"test_crashes.py"}
-BROWSER_MODULES = {"test_console_browser.py"}
-# Builds, benchmarks, whole conformance suites and every-byte splits: none of the four.
-SLOW_MODULES = {
-    "test_benchmarks.py",
-    "test_packaging.py",
-    "test_storetest.py",
-    "test_store_memory.py",
-    "test_store_sqlite.py",
-    "test_crypto_stores.py",
-    "test_openai_sdk_fixtures.py",
-    "test_anthropic_sdk_fixtures.py",
-    "test_docs.py",
-    "test_docs_site.py",
-    # The SDK adapters: processes racing, and the SDKs' own suites (tests/sdk) on every store.
-    "test_integrations.py",
-    "test_session.py",
-    "test_session_limit.py",
-    "test_session_store_conformance.py",
-    "test_session_helpers_store.py",
-}
-
-
-def _kind(item: pytest.Item) -> str:
-    module = item.path.name
-    if module in CRASH_MODULES or item.get_closest_marker("crash"):
-        return "crash"
-    if module in BROWSER_MODULES:
-        return "browser"
-    name = item.name.lower()
-    if module in SERVER_MODULES or any(key.lower() in name for key in SERVER_IDS):
-        return "server"
-    return "" if module in SLOW_MODULES else "fast"
+NOT_FAST = ("server", "crash", "browser", "slow")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        kind = _kind(item)
-        if kind:
-            item.add_marker(kind)
+        if not any(item.get_closest_marker(name) for name in NOT_FAST):
+            item.add_marker("fast")
 
 
-@pytest.fixture(params=PERSISTENT)
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before the test's fixtures: tell ``require_server`` whether this test is marked ``server``."""
+    servers.running(marked_server=item.get_closest_marker("server") is not None)
+
+
+@pytest.fixture(params=store_params(*PERSISTENT))
 def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
     """An opener over a scratch place of each persistent store in turn."""
     with scratch_opener(request.param, tmp_path) as made:

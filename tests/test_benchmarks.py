@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+import pytest
+
+from tests.support.paths import ROOT
+
+pytestmark = pytest.mark.slow  # the benchmark suite, quick mode
 
 
 def test_quick_mode_runs_and_prints_every_section() -> None:

@@ -1,4 +1,4 @@
-"""The import boundary: the core imports no store, no driver, no hypothesis and no cryptography."""
+"""The import boundary: the core imports no store, no driver, no Hypothesis, no cryptography, no SDK, no Django."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 FORBIDDEN = (
     *("psycopg", "psycopg_pool", "pymysql", "pymongo", "redis", "hypothesis", "agentsessions.stores", "requests"),
     *("cryptography", "agentsessions.crypto"),
+    *("agents", "claude_agent_sdk", "django", "agentsessions.integrations", "agentsessions.contrib"),
 )
 
 

@@ -26,6 +26,7 @@ from agentsessions.cli import Exit, main, parse_store_url
 from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.stores import sqlite
 from tests.support.backends import (
+    PERSISTENT,
     Opener,
     mongodb_url,
     mysql_url,
@@ -35,6 +36,7 @@ from tests.support.backends import (
     scratch_mysql,
     scratch_postgres,
     scratch_redis,
+    store_params,
 )
 from tests.support.scripts import call, double, echo_last_result
 from tests.support.servers import (
@@ -95,7 +97,7 @@ URLS: dict[str, tuple[str, Callable[[], contextlib.AbstractContextManager[Opener
 }
 
 
-@pytest.fixture(params=["sqlite", "postgres", "mysql", "mongodb", "redis"])
+@pytest.fixture(params=store_params(*PERSISTENT))
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     with contextlib.ExitStack() as stack:
         if request.param == "sqlite":
@@ -372,6 +374,7 @@ def test_store_urls_are_shown_with_the_password_masked() -> None:
     assert SECRET not in cut.shown and cut.mask(f"12/{SECRET}") == "***"
 
 
+@pytest.mark.server
 def test_postgres_errors_never_show_the_password() -> None:
     require_server("PostgreSQL", lambda: __import__("psycopg").connect(POSTGRES_DSN, connect_timeout=5).close())
     schema = "agentsessions_no_such_schema"
@@ -385,6 +388,7 @@ def test_postgres_errors_never_show_the_password() -> None:
     assert echoed.code == Exit.USAGE and '"***"' in echoed.err
 
 
+@pytest.mark.server
 def test_mysql_errors_never_show_the_password() -> None:
     require_server(
         "MariaDB",
@@ -407,6 +411,7 @@ def test_mongodb_errors_never_show_the_password() -> None:
     assert unreachable.code == Exit.STORE and "mongodb://app:***@127.0.0.1:1/db" in unreachable.err
 
 
+@pytest.mark.server
 def test_redis_errors_never_show_the_password() -> None:
     require_server("Redis", lambda: __import__("redis").Redis.from_url(REDIS_URL, socket_connect_timeout=5).ping())
     unreachable = _never_shows(cli("--store", f"redis://app:{SECRET}@127.0.0.1:1/0", "list"))
@@ -434,6 +439,7 @@ def _process(*argv: str, env: dict[str, str], stdin: str = "", cwd: Path | None 
     return Outcome(done.returncode, done.stdout, done.stderr)
 
 
+@pytest.mark.server
 def test_python_m_agentsessions_on_postgres_pipes_export_into_import() -> None:
     with contextlib.ExitStack() as stack:
         opener: Any = require_server("PostgreSQL", lambda: stack.enter_context(scratch_postgres(POSTGRES_DSN)))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -11,6 +10,7 @@ from hypothesis import strategies as st
 
 import agentsessions as agent
 from agentsessions import codec
+from tests.support.paths import FIXTURES
 
 TOOL_ARGS = '{"z":1,"a":[1, 2],"z":3}'
 
@@ -203,7 +203,7 @@ def test_steer_and_id_encoding_keeps_a_surrogate_pair_apart_from_the_astral_char
 
 
 # Rows written by the versions before this one, by their own code (tests/fixtures/format/).
-FIXTURES = Path(__file__).parent / "fixtures" / "format"
+ROWS = FIXTURES / "format"
 
 
 def _written_then(version: int) -> list[agent.Message]:
@@ -220,11 +220,11 @@ def _written_then(version: int) -> list[agent.Message]:
 
 @pytest.mark.parametrize("version", [1, 2])
 def test_rows_and_transcripts_of_older_versions_read_unchanged(version: int) -> None:
-    rows = (FIXTURES / f"v{version}_rows.jsonl").read_text(encoding="utf-8").splitlines()
+    rows = (ROWS / f"v{version}_rows.jsonl").read_text(encoding="utf-8").splitlines()
     assert all(row.startswith(f'{{"v":{version},') for row in rows)
     assert [codec.load_message(row) for row in rows] == _written_then(version)
     assert [codec.load_message(row.encode()) for row in rows] == _written_then(version)
-    assert agent.loads((FIXTURES / f"v{version}_transcript.json").read_text(encoding="utf-8")) == _written_then(version)
+    assert agent.loads((ROWS / f"v{version}_transcript.json").read_text(encoding="utf-8")) == _written_then(version)
 
 
 def test_an_old_row_with_a_field_its_type_does_not_use_is_read_without_it() -> None:

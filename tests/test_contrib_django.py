@@ -36,6 +36,8 @@ import agentsessions as agent
 from agentsessions.contrib import django as contrib
 from tests.support.backends import scratch_mysql
 
+pytestmark = pytest.mark.server  # PostgreSQL and MariaDB, through Django
+
 
 @pytest.fixture(scope="module")
 def databases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:

@@ -7,6 +7,10 @@ is in test_crypto_rekey.py.
 
 from __future__ import annotations
 
+from tests.support.servers import skip_without
+
+skip_without("cryptography", extra="crypto")  # before the imports that need it
+
 import base64
 import contextlib
 import json

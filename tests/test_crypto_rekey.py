@@ -9,6 +9,10 @@ its transcript and steers exactly as before. ``AGENTSESSIONS_CRASH_TRIALS`` sets
 
 from __future__ import annotations
 
+from tests.support.servers import skip_without
+
+skip_without("cryptography", extra="crypto")  # before the imports that need it
+
 import base64
 import contextlib
 import json

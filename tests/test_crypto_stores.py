@@ -11,6 +11,10 @@ each raise ``DecryptionError``.
 
 from __future__ import annotations
 
+from tests.support.servers import skip_without
+
+skip_without("cryptography", extra="crypto")  # before the imports that need it
+
 import contextlib
 import functools
 import itertools
@@ -36,7 +40,10 @@ from tests.support.backends import (
     open_redis,
     open_sqlite,
     scratch_opener,
+    store_params,
 )
+
+pytestmark = pytest.mark.slow  # the whole conformance suite, wrapped, on every store
 
 KEYRING = Keyring({"k1": Keyring.new_key()}, "k1")
 KINDS = ("memory", *PERSISTENT)
@@ -44,7 +51,7 @@ KINDS = ("memory", *PERSISTENT)
 EXAMPLES = {"mongodb": 25}
 
 
-@pytest.fixture(scope="module", params=KINDS)
+@pytest.fixture(scope="module", params=store_params(*KINDS))
 def place(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Opener]:
     """A scratch place of each store in turn, shared by this module's tests: its opener."""
     if request.param == "memory":

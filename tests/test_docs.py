@@ -20,6 +20,7 @@ import pytest
 
 from agentsessions.testing.fakes.messages import FakeMessagesAPI, Reply, text, tool_use
 from tests.support.backends import delete_prefix
+from tests.support.paths import ROOT
 from tests.support.servers import (
     MONGODB_URI,
     MYSQL_HOST,
@@ -32,7 +33,8 @@ from tests.support.servers import (
     skip_without,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow  # every block of every page, each in a folder of its own, twice
+
 README = (ROOT / "README.md").read_text()
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BLOCKS: list[tuple[str, str]] = [
@@ -86,6 +88,7 @@ def _block_for(server: str) -> str:
     return blocks[0]
 
 
+@pytest.mark.server
 def test_the_postgres_block_runs() -> None:
     skip_without("psycopg", extra="postgres")
     import psycopg
@@ -102,6 +105,7 @@ def test_the_postgres_block_runs() -> None:
         admin.close()
 
 
+@pytest.mark.server
 def test_the_mysql_block_runs() -> None:
     skip_without("pymysql", extra="mysql")
     import pymysql
@@ -137,6 +141,7 @@ def _mongodb_uri() -> Iterator[str]:
         yield server.uri
 
 
+@pytest.mark.server
 def test_the_mongodb_block_runs() -> None:
     skip_without("pymongo", "secantus", extra="mongodb")
     import pymongo
@@ -151,6 +156,7 @@ def test_the_mongodb_block_runs() -> None:
             client.drop_database(database)
 
 
+@pytest.mark.server
 def test_the_redis_block_runs() -> None:
     skip_without("redis", extra="redis")
     import redis

@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import ROOT
 from tests.support.servers import skip_without
 
-ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow  # builds the documentation site
+
 RAW_ROLE = re.compile(r":(?:py:)?(?:class|meth|func|mod|attr|data|exc|obj|const|ref):(?:`|<code>)")
 HEADING_AND_SIGNATURE = re.compile(
     r'doc-symbol-heading doc-symbol-(?P<kind>\w+)".*?<span class="doc doc-object-name[^"]*">(?P<name>[^<]+)</span>'

@@ -26,6 +26,8 @@ import agentsessions as agent
 from agentsessions.integrations import claude, openai_agents
 from agentsessions.stores.memory import MemoryStore
 
+pytestmark = pytest.mark.slow  # processes racing, on every store
+
 Opener = Callable[[], AbstractContextManager[Any]]
 WRITERS, EACH = 3, 15
 KEY: SessionKey = {"project_key": "-srv-app", "session_id": "shared"}

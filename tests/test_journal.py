@@ -1,6 +1,6 @@
 """The tool journal and pending tool calls: what is saved when, what runs on resume, what is in doubt.
 
-The kill tests (test_crashes.py) prove the same across real crashes; these show each rule
+The kill tests (tests/crash/test_crashes.py) prove the same across real crashes; these show each rule
 on its own, over the memory store.
 """
 

@@ -8,7 +8,12 @@ import venv
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+import pytest
+
+from tests.support.paths import ROOT
+
+pytestmark = pytest.mark.slow  # builds the wheel and the sdist, installs each into a new venv
+
 # Outside the checkout, with only what the package installs: a run on a SQLite store.
 SCRIPT = """
 import agentsessions as agent

@@ -13,9 +13,9 @@ import importlib.util
 import re
 import warnings
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
+
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 # Module path -> the names users import from it.
@@ -34,6 +34,7 @@ NAMED: dict[str, tuple[str, ...]] = {
     "agentsessions.stores.kit.failures": ("Failure", "could_not", "first_line", "plain", "translated"),
     "agentsessions.stores.kit.listing": ("Page", "pages"),
     "agentsessions.stores.kit.values": ("EPOCH", "MICROSECOND", "micros", "moment", "span", "text", "utc"),
+    "agentsessions.stores.kit.schema": ("VERSION_TABLE", "Step", "Migrator", "check_version", "plan"),
     "agentsessions.testing.storetest": ("properties", "check", "run", "Report"),
     "agentsessions.runs": (
         "derive_state",

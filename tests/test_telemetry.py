@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from tests.support.servers import skip_without
+
+skip_without("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http")  # before the imports that need them
+
 import json
 import logging
 import threading

@@ -38,8 +38,9 @@ import attrs
 
 from agentsessions.errors import StoreError
 from agentsessions.session import RunStore
+from agentsessions.stores.kit.schema import MigratingStore, Migrator
 
-__all__ = ["CONNECT_TIMEOUT", "StoreURL", "from_url", "mask_urls", "open_url", "parse_url"]
+__all__ = ["CONNECT_TIMEOUT", "StoreURL", "from_url", "mask_urls", "open_migrator", "open_url", "parse_url"]
 
 CONNECT_TIMEOUT = 5
 """Seconds: a store that does not answer fails the caller, it does not hang it."""
@@ -143,16 +144,36 @@ def _driver(extra: str) -> NoReturn:
 
 
 @contextlib.contextmanager
-def _sqlite(url: StoreURL, parts: SplitResult, *, create: bool) -> Iterator[RunStore]:
-    from agentsessions.stores import sqlite
+def open_migrator(url: StoreURL) -> Iterator[Migrator]:
+    """The :class:`~agentsessions.stores.kit.schema.Migrator` of the store ``url`` names, over connections
+    opened on entry and closed on exit, as :func:`open_url` opens them; a SQLite file is not opened as a
+    store (that would migrate it) and must exist."""
+    if url.scheme == "sqlite":
+        from agentsessions.stores import sqlite
 
+        yield sqlite.migrator(_sqlite_path(url, urlsplit(url.raw), create=False))
+        return
+    with open_url(url) as store:
+        if not isinstance(store, MigratingStore):
+            raise ValueError(f"{type(store).__name__} records no schema version: nothing to migrate")
+        yield store.migrator()
+
+
+def _sqlite_path(url: StoreURL, parts: SplitResult, *, create: bool) -> Path:
     if parts.netloc or parts.query or parts.fragment or not parts.path:
         raise ValueError(f"a SQLite URL is sqlite:///absolute/path or sqlite:relative/path, got {url.shown}")
     path = Path(unquote(parts.path))
     if not create and not path.is_file():
         missing = FileNotFoundError(errno.ENOENT, "no such file", str(path))
         raise StoreError(f"no SQLite file at {str(path)!r}: from_url makes one only with create=True") from missing
-    with contextlib.closing(sqlite.open(path)) as store:
+    return path
+
+
+@contextlib.contextmanager
+def _sqlite(url: StoreURL, parts: SplitResult, *, create: bool) -> Iterator[RunStore]:
+    from agentsessions.stores import sqlite
+
+    with contextlib.closing(sqlite.open(_sqlite_path(url, parts, create=create))) as store:
         yield store
 
 

@@ -18,7 +18,7 @@ import pytest
 
 import agentsessions as agent
 from agentsessions.stores.memory import MemoryStore
-from tests.support.backends import PERSISTENT, scratch_opener
+from tests.support.backends import PERSISTENT, scratch_opener, store_params
 
 STORES = ("memory", *PERSISTENT)
 
@@ -31,7 +31,7 @@ def current_store() -> agent.RunStore:
     return _current[0]
 
 
-@pytest.fixture(scope="module", params=STORES)
+@pytest.fixture(scope="module", params=store_params(*STORES))
 def agentsessions_place(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A scratch place of one store kind for the module's tests (``None`` for the memory store)."""
     if request.param == "memory":
@@ -56,6 +56,15 @@ def agentsessions_store(agentsessions_place: Any) -> Iterator[agent.RunStore]:
             yield store
         finally:
             _current.clear()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test here is ``slow`` (the SDKs' whole suites, on every store): the vendored files carry no marks."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in item.path.parents:
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -11,11 +11,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
+
+import pytest
 
 import agentsessions as agent
 from tests.support.servers import (
@@ -33,6 +35,14 @@ Opener = Callable[[], AbstractContextManager[Any]]
 
 PERSISTENT = ("sqlite", "postgres", "mysql", "mongodb", "redis")
 """Every persistent store, as :func:`scratch_opener` (and conftest's ``opener`` fixture) name them."""
+
+IN_PROCESS = ("memory", "sqlite")
+"""The stores that need no database server."""
+
+
+def store_params(*kinds: str) -> list[object]:
+    """``kinds`` as pytest parameters (ids the names), each store that needs a server marked ``server``."""
+    return [pytest.param(kind, id=kind, marks=() if kind in IN_PROCESS else pytest.mark.server) for kind in kinds]
 
 
 def postgres_url(dsn: str, schema: str, password: str | None = None) -> str:
@@ -143,7 +153,8 @@ def scratch_sqlite(directory: Path) -> Iterator[Opener]:
 
 
 @contextlib.contextmanager
-def scratch_postgres(dsn: str) -> Iterator[Opener]:
+def scratch_postgres(dsn: str, schema_sql: str | None = None) -> Iterator[Opener]:
+    """A schema of its own, made with ``schema_sql`` (default: the store's ``SCHEMA``; ``""``: empty)."""
     import psycopg
 
     from agentsessions.stores import postgres
@@ -153,14 +164,18 @@ def scratch_postgres(dsn: str) -> Iterator[Opener]:
         admin.execute(f"CREATE SCHEMA {schema}")
         try:
             with psycopg.connect(dsn, autocommit=True, options=f"-c search_path={schema}") as conn:
-                conn.execute(postgres.SCHEMA)
+                if schema_sql != "":
+                    conn.execute(postgres.SCHEMA if schema_sql is None else schema_sql)
             yield functools.partial(open_postgres, dsn, schema)
         finally:
             admin.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 @contextlib.contextmanager
-def scratch_mysql(host: str, port: int, user: str, password: str) -> Iterator[Opener]:
+def scratch_mysql(
+    host: str, port: int, user: str, password: str, statements: Sequence[str] | None = None
+) -> Iterator[Opener]:
+    """A database of its own, made with ``statements`` (default: the store's ``SCHEMA``)."""
     import pymysql
 
     from agentsessions.stores import mysql
@@ -171,7 +186,7 @@ def scratch_mysql(host: str, port: int, user: str, password: str) -> Iterator[Op
         with admin.cursor() as cur:
             cur.execute(f"CREATE DATABASE {name}")
             cur.execute(f"USE {name}")
-            for statement in mysql.SCHEMA:
+            for statement in mysql.SCHEMA if statements is None else statements:
                 cur.execute(statement)
         yield functools.partial(open_mysql, host, port, user, password, name)
     finally:
@@ -181,7 +196,8 @@ def scratch_mysql(host: str, port: int, user: str, password: str) -> Iterator[Op
 
 
 @contextlib.contextmanager
-def scratch_mongodb(uri: str) -> Iterator[Opener]:
+def scratch_mongodb(uri: str, indexes: Mapping[str, Sequence[Any]] | None = None) -> Iterator[Opener]:
+    """A database of its own with ``indexes`` (default: the store's ``INDEXES``), on SecantusDB unless ``uri``."""
     import pymongo
 
     from agentsessions.stores import mongodb
@@ -195,7 +211,7 @@ def scratch_mongodb(uri: str) -> Iterator[Opener]:
             pymongo.MongoClient(uri, serverSelectionTimeoutMS=5000)
         )
         name = f"agentsessions_crash_{secrets.token_hex(4)}"
-        for collection, models in mongodb.INDEXES.items():
+        for collection, models in (mongodb.INDEXES if indexes is None else indexes).items():
             client[name][collection].create_indexes(models)
         try:
             yield functools.partial(open_mongodb, uri, name)

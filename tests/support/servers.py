@@ -32,21 +32,44 @@ HOW_TO_START = {
 
 T = TypeVar("T")
 
+# Whether the test being run is marked `server` (conftest says, before each test's fixtures);
+# None outside a test run, as in the benchmarks, which use these settings too.
+_marked_server: bool | None = None
 
-def skip_without(*modules: str, extra: str) -> None:
-    """At a test module's top: outside CI, skip the module when a driver it needs is not installed.
 
-    In CI nothing is skipped: the import that follows fails, and so does the run.
+def running(*, marked_server: bool) -> None:
+    """Note whether the test about to run is marked ``server`` (conftest's hook calls this)."""
+    global _marked_server
+    _marked_server = marked_server
+
+
+def skip_without(*modules: str, extra: str = "test") -> None:
+    """At a test module's top: outside CI, skip the module when a module it needs is not installed.
+
+    ``extra`` names the package's extra that brings them (``test`` has every one). In CI
+    nothing is skipped: the import that follows fails, and so does the run.
     """
-    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    __tracebackhide__ = True  # pytest reports the skip at the calling module's line
+    missing = [name for name in modules if not _installed(name)]
     if missing and not os.environ.get("CI"):
-        pytest.skip(
-            f"needs {', '.join(missing)}: pip install -e '.[test]' (or agentsessions[{extra}])", allow_module_level=True
-        )
+        where = "" if extra == "test" else f" (or agentsessions[{extra}])"
+        pytest.skip(f"needs {', '.join(missing)}: pip install -e '.[test]'{where}", allow_module_level=True)
+
+
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # a dotted name whose parent package is missing
+        return False
 
 
 def require_server(name: str, connect: Callable[[], T]) -> T:
-    """Return ``connect()``; if the server is not there, fail in CI and skip elsewhere."""
+    """Return ``connect()``; if the server is not there, fail in CI and skip elsewhere.
+
+    A test that is not marked ``server`` fails here: ``pytest -m fast`` promises no server.
+    """
+    if _marked_server is False:
+        pytest.fail(f"this test reaches {name} but is not marked server: add @pytest.mark.server (or store_params)")
     try:
         return connect()
     except Exception as error:

@@ -9,6 +9,9 @@ Each module is one concern the stores would otherwise each write again:
   (``translated`` around driver calls; ``could_not``, the one wording; ``first_line``).
 - :mod:`agentsessions.stores.kit.listing`: ``sessions()`` in keyset pages (``pages``
   runs the page loop around a store's own query).
+- :mod:`agentsessions.stores.kit.schema`: schema versions (``check_version``, the rule every
+  store applies to the version it finds) and migrations (``Step``, ``plan``, the ``Migrator``
+  that ``agentsessions migrate`` drives).
 - :mod:`agentsessions.stores.kit.values`: what a record's values read back as (``text``
   from bytes; ``utc``, ``micros``, ``moment`` and ``span`` for the database's times).
 - :mod:`agentsessions.stores.kit.arguments`: the arguments of ``claim``, ``save_run`` and

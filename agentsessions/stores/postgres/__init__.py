@@ -2,7 +2,10 @@
 
 The library never runs :data:`SCHEMA`: run it once per database, as part of your own
 migrations (``with pool.connection() as conn: conn.execute(postgres.SCHEMA)``). Until
-then every call raises :class:`~agentsessions.errors.SchemaMissingError`.
+then every call raises :class:`~agentsessions.errors.SchemaMissingError`. The schema's
+version is recorded in the table ``agentsessions_schema``; the store reads it at its first
+call and refuses an older one by name: ``agentsessions migrate --store postgresql://...``
+applies :data:`MIGRATIONS` under a lock (see ``_schema``).
 
 Each call borrows one connection from the pool for one transaction and gives it back,
 also on errors, so one store object serves any number of threads; each process makes its
@@ -78,48 +81,29 @@ from agentsessions.runs import (
 )
 from agentsessions.session import check_fork_at, check_session_id, check_steer
 from agentsessions.stores.kit import arguments, values
-from agentsessions.stores.kit.failures import first_line, translated
+from agentsessions.stores.kit.failures import could_not, first_line, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
+from agentsessions.stores.postgres._schema import (
+    MIGRATIONS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    PostgresMigrator,
+    checked_version,
+    migrator,
+)
 from agentsessions.stores.postgres._watchdog import Watch, Watchdog, borrowing, checked
 
-__all__ = ["CHECK_TIMEOUT", "PAGE_SIZE", "SCHEMA", "PostgresStore", "check_connection"]
-
-# Ids, holders and steers are bytea of their UTF-8 (surrogates passed through): text
-# cannot hold NUL, and bytes compare exactly, so no collation can make `a` equal `A` or
-# `a `. Message bodies are codec JSON in text, never jsonb, which would reorder keys,
-# respace and drop duplicate keys of a tool call's raw arguments. updated_at is NULL
-# until the first save (a steer or a claim can make the record first); run_state is NULL
-# until the first claim and 'running' while held (STALLED is derived from the lease).
-# Tokens come from a sequence, which deleting a session never resets.
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS agentsessions_sessions (
-    id               bytea            PRIMARY KEY CHECK (octet_length(id) BETWEEN 1 AND 1020),
-    revision         bigint           NOT NULL,
-    length           integer          NOT NULL,
-    updated_at       timestamptz,
-    run_state        text             CHECK (run_state IN ('running', 'finished', 'cancelled', 'failed')),
-    token            bigint           NOT NULL DEFAULT 0,
-    holder           bytea,
-    lease            double precision NOT NULL DEFAULT 0,
-    lease_expires_at timestamptz,
-    cancel_requested boolean          NOT NULL DEFAULT false
-);
-CREATE INDEX IF NOT EXISTS agentsessions_sessions_by_update ON agentsessions_sessions (updated_at, id);
-CREATE TABLE IF NOT EXISTS agentsessions_messages (
-    session_id  bytea       NOT NULL,
-    position    integer     NOT NULL,
-    body        text        NOT NULL,
-    PRIMARY KEY (session_id, position)
-);
-CREATE TABLE IF NOT EXISTS agentsessions_steers (
-    seq         bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    session_id  bytea       NOT NULL,
-    text        bytea       NOT NULL
-);
-CREATE INDEX IF NOT EXISTS agentsessions_steers_by_session ON agentsessions_steers (session_id, seq);
-CREATE SEQUENCE IF NOT EXISTS agentsessions_tokens;
-"""
+__all__ = [
+    "CHECK_TIMEOUT",
+    "MIGRATIONS",
+    "PAGE_SIZE",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "PostgresStore",
+    "check_connection",
+    "migrator",
+]
 
 PAGE_SIZE = 500
 """How many sessions :meth:`PostgresStore.sessions` fetches per query."""
@@ -300,9 +284,22 @@ class PostgresStore:
         self.timeout = float(timeout)
         self._known = KnownSessions()
         self._watchdog = Watchdog()
+        self._version: int | None = None  # read at the first call
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.pool.name!r})"
+
+    def migrator(self) -> PostgresMigrator:
+        """What migrates this store's database (``agentsessions migrate`` drives it); see :func:`migrator`."""
+        return migrator(self.pool)
+
+    def schema_version(self) -> int:
+        """The version of the database's schema, read once at this store object's first call."""
+        if self._version is None:
+            with self._connection("read the schema version", None):
+                pass
+        assert self._version is not None  # the first connection reads it, or raises
+        return self._version
 
     # --- Transcripts and steers (the seed's four) ------------------------------------------
 
@@ -503,6 +500,8 @@ class PostgresStore:
                 watch.attach(conn)
                 try:
                     with _autocommit(conn):
+                        if self._version is None:  # once per store object; a race only reads it twice
+                            self._version = checked_version(conn, could_not("PostgreSQL store", action, session_id))
                         yield conn, watch
                 finally:
                     watch.detach()

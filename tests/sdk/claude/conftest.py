@@ -5,6 +5,10 @@ README.md lists them and why.
 
 from __future__ import annotations
 
+from tests.support.servers import skip_without
+
+skip_without("claude_agent_sdk", extra="claude")  # the folder, outside CI: the vendored tests import the SDK
+
 from pathlib import Path
 
 import pytest

@@ -6,6 +6,10 @@ locks, SQL tables, a sqlite3 probe) or tests no session at all; README.md lists 
 
 from __future__ import annotations
 
+from tests.support.servers import skip_without
+
+skip_without("agents", extra="openai-agents")  # the folder, outside CI: the vendored tests import the SDK
+
 from pathlib import Path
 
 import pytest

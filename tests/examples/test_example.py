@@ -15,8 +15,7 @@ from agentsessions.testing.fakes import chat_completions as fake_openai
 from agentsessions.testing.fakes import messages as fake_anthropic
 from agentsessions.testing.fakes import responses as fake_responses
 from agentsessions.testing.fakes.server import FakeServer
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
 
 
 def test_the_three_replica_example_keeps_its_promises(tmp_path: Path) -> None:

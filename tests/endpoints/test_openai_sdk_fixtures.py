@@ -8,24 +8,30 @@ over one TCP connection.
 
 from __future__ import annotations
 
+from tests.support.servers import skip_without
+
+skip_without("openai")  # before the imports that need them
+
 import itertools
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from openai.lib.streaming.chat import ChatCompletionStreamState
 
 import agentsessions as agent
 from agentsessions.endpoints import OpenAIEndpoint
 from agentsessions.endpoints.openai import _Stream
 from agentsessions.testing.fakes.server import RawServer, Recordings
+from tests.support import paths
 from tests.support.sse_pieces import assembled
 
-openai = pytest.importorskip("openai", reason="the official SDK is in the test extra")
-from openai.lib.streaming.chat import ChatCompletionStreamState  # noqa: E402
+pytestmark = pytest.mark.slow  # every recording cut at every byte
 
-FIXTURES = sorted((Path(__file__).parent / "fixtures" / "openai").glob("*.sse"))
+FIXTURES = sorted((paths.FIXTURES / "openai").glob("*.sse"))
 IDS = [path.stem for path in FIXTURES]
 EVENT_STREAM = {"content-type": "text/event-stream"}
 STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens"}

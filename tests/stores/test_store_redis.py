@@ -7,6 +7,10 @@ Each test works under a random prefix of its own, whose keys are deleted at the 
 
 from __future__ import annotations
 
+from tests.support.servers import skip_without
+
+skip_without("redis", extra="redis")  # before the imports that need them
+
 import contextlib
 import functools
 import secrets
@@ -31,6 +35,8 @@ from tests.support.backends import delete_prefix, open_redis
 from tests.support.crossprocess import check_steers_across_processes
 from tests.support.replicas import check_replicas_notice_each_other, numbered_transcript
 from tests.support.servers import REDIS_URL, require_server
+
+pytestmark = pytest.mark.server  # Redis
 
 
 def _connect() -> redis.Redis:

@@ -41,6 +41,8 @@ from tests.support.replicas import check_replicas_notice_each_other, numbered_tr
 from tests.support.servers import MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, require_server
 from tests.support.waiting import wait_for
 
+pytestmark = pytest.mark.server  # MariaDB
+
 
 def connect(database: str | None = None, **options: Any) -> Any:
     """A new PyMySQL connection to the test server."""

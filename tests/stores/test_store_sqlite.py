@@ -22,6 +22,8 @@ from tests.support.crossprocess import check_steers_across_processes
 from tests.support.replicas import check_replicas_notice_each_other, numbered_transcript
 from tests.support.waiting import wait_for
 
+pytestmark = pytest.mark.slow  # the whole conformance suite
+
 UTC = datetime.UTC
 MICROSECOND = datetime.timedelta(microseconds=1)
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=UTC)

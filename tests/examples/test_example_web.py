@@ -33,10 +33,12 @@ import pytest
 
 import agentsessions as agent
 from tests.support.backends import open_postgres
+from tests.support.paths import ROOT
 from tests.support.servers import POSTGRES_DSN, require_server, skip_without
 from tests.support.waiting import wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.server  # PostgreSQL
+
 APPS = {"flask": ROOT / "examples" / "flask" / "app.py", "django": ROOT / "examples" / "django" / "service.py"}
 CONVERSATION = "support-1"
 LEASE = 2.0  # short, so the takeover comes soon; three heartbeats long, so a busy CI machine keeps it

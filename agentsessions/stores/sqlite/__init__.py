@@ -1,13 +1,15 @@
 """A store in one SQLite file (stdlib ``sqlite3``), shared by threads and by processes.
 
-It creates its tables on open: one file has nothing to coordinate a migration with. A
-file made by an older version, whose session table has no run columns, is refused with
-a :class:`~agentsessions.errors.StoreError` rather than migrated: its ``updated_at`` is
-``NOT NULL`` seconds, and SQLite can change neither a column's type nor its nullability
-in place. WAL lets readers run beside the one writer; the busy timeout makes writers
-from other threads and processes wait their turn instead of failing. Every step of more
-than one statement is one ``BEGIN IMMEDIATE`` transaction, which takes the write lock
-before it reads, so no step ever has to upgrade a read into a write and fail halfway.
+It creates its tables on open, and migrates a file made by an older release on open, in
+one ``BEGIN IMMEDIATE`` transaction, safely while other processes have the file open (the
+schema, its versions and that migration are in ``_schema``; the version is recorded in the
+file's ``agentsessions_schema`` table). A file from before the run columns (whose
+``updated_at`` is ``NOT NULL`` seconds, which SQLite cannot change in place) is refused with
+a :class:`~agentsessions.errors.StoreError`. WAL lets readers run beside the one writer;
+the busy timeout makes writers from other threads and processes wait their turn instead of
+failing. Every step of more than one statement is one ``BEGIN IMMEDIATE`` transaction,
+which takes the write lock before it reads, so no step ever has to upgrade a read into a
+write and fail halfway.
 
 Clock: ``updated_at`` and leases come from this process's clock (``utcnow()``), kept as
 integer microseconds since the epoch. Processes that share a file share a machine, and
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from agentsessions.codec import decode_text, encode_text
-from agentsessions.errors import ConflictError, StoreError
+from agentsessions.errors import ConflictError
 from agentsessions.messages import Message
 from agentsessions.runs import (
     ENDINGS,
@@ -49,55 +51,13 @@ from agentsessions.stores.kit import arguments, values
 from agentsessions.stores.kit.failures import translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
+from agentsessions.stores.sqlite._schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, migrator, prepare
 
-__all__ = ["PAGE_SIZE", "SCHEMA", "SQLiteStore", "open"]
-
-# Ids, holders and steers are BLOBs of their UTF-8 with surrogates passed through, so any
-# str round-trips and ids compare byte for byte. Message bodies are codec JSON text, in a
-# rowid table with a separate key: WITHOUT ROWID would store kilobyte rows in half-empty
-# pages, doubling the file. Steers are small, so they sit in their key's own B-tree.
-# Times are INTEGER microseconds since the epoch: REAL seconds lose the microsecond.
-# updated_at is NULL until the first save (a steer or a claim can make the record first);
-# run_state is NULL until the first claim, and 'running' while held (STALLED is derived).
-# Tokens and steer numbers come from one counter row, which delete never resets.
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS agentsessions_sessions (
-    id                BLOB    PRIMARY KEY,
-    revision          INTEGER NOT NULL,
-    length            INTEGER NOT NULL,
-    updated_at        INTEGER,
-    run_state         TEXT,
-    token             INTEGER NOT NULL DEFAULT 0,
-    holder            BLOB,
-    lease             REAL    NOT NULL DEFAULT 0,
-    lease_expires_at  INTEGER,
-    cancel_requested  INTEGER NOT NULL DEFAULT 0
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS agentsessions_sessions_by_update ON agentsessions_sessions (updated_at, id);
-CREATE TABLE IF NOT EXISTS agentsessions_messages (
-    session_id  BLOB    NOT NULL,
-    position    INTEGER NOT NULL,
-    body        TEXT    NOT NULL,
-    UNIQUE (session_id, position)
-);
-CREATE TABLE IF NOT EXISTS agentsessions_steers (
-    session_id  BLOB    NOT NULL,
-    seq         INTEGER NOT NULL,
-    text        BLOB    NOT NULL,
-    PRIMARY KEY (session_id, seq)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS agentsessions_counters (
-    one     INTEGER PRIMARY KEY CHECK (one = 1),
-    tokens  INTEGER NOT NULL,
-    steers  INTEGER NOT NULL
-);
-INSERT OR IGNORE INTO agentsessions_counters (one, tokens, steers) VALUES (1, 0, 0);
-"""
+__all__ = ["MIGRATIONS", "PAGE_SIZE", "SCHEMA", "SCHEMA_VERSION", "SQLiteStore", "migrator", "open"]
 
 PAGE_SIZE = 500
 """How many sessions :meth:`SQLiteStore.sessions` fetches per query."""
 
-_COLUMNS = "SELECT name FROM pragma_table_info('agentsessions_sessions')"
 _SELECT_SESSION = "SELECT revision, length FROM agentsessions_sessions WHERE id = ?"
 # Bodies come as bytes: the codec's JSON decoder reads UTF-8 itself, so making a str of each first is wasted.
 _SELECT_MESSAGES = "SELECT CAST(body AS BLOB) FROM agentsessions_messages WHERE session_id = ? ORDER BY position"
@@ -198,17 +158,15 @@ class SQLiteStore:
         self._pid = os.getpid()
         self._known = KnownSessions()
         with self._errors("create the tables"):
-            db = self._connection()
-            columns = {name for (name,) in db.execute(_COLUMNS)}
-            if columns and "run_state" not in columns:
-                raise StoreError(
-                    f"SQLite store {self.path!r} was made by an older version of agentsessions (its session "
-                    "table has no run columns); open it with that version, or start a new file"
-                )
-            db.executescript(SCHEMA)
+            self._version = prepare(self._connection(), self.path).version
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
+
+    def schema_version(self) -> int:
+        """The version of the file's schema, read (and migrated to, when older) on open."""
+        assert self._version is not None  # prepare() returns a version or raises
+        return self._version
 
     # --- Transcripts and steers (the seed's four) ------------------------------------------
 

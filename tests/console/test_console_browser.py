@@ -8,6 +8,10 @@ Missing chromium fails in CI and skips elsewhere, saying how to install it.
 
 from __future__ import annotations
 
+from tests.support.servers import skip_without
+
+skip_without("selenium", "waitress")  # before the imports that need them
+
 import os
 import shutil
 import threading
@@ -31,6 +35,8 @@ from agentsessions.stores import sqlite
 from tests.support.console_server import TOKEN, served, sqlite_store
 from tests.support.scripts import call, double
 from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.browser
 
 GATE_TIMEOUT = 60.0
 """Seconds a scripted reply waits for its gate before it fails, as a provider's timeout would."""

@@ -11,11 +11,17 @@ however the bytes are cut.
 
 from __future__ import annotations
 
+from tests.support.servers import skip_without
+
+skip_without("anthropic", "jiter")  # before the imports that need them
+
 import itertools
 import json
 from pathlib import Path
 from typing import Any
 
+import anthropic
+import jiter  # the SDK's partial JSON parser
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,12 +30,12 @@ import agentsessions as agent
 from agentsessions.endpoints import AnthropicEndpoint
 from agentsessions.endpoints._anthropic_read import Stream
 from agentsessions.testing.fakes.server import RawServer
+from tests.support import paths
 from tests.support.sse_pieces import assembled
 
-anthropic = pytest.importorskip("anthropic", reason="the official SDK is in the test extra")
-jiter = pytest.importorskip("jiter", reason="the SDK's partial JSON parser comes with it")
+pytestmark = pytest.mark.slow  # every recording cut at every byte
 
-FIXTURES = sorted((Path(__file__).parent / "fixtures" / "anthropic").glob("*.sse"))
+FIXTURES = sorted((paths.FIXTURES / "anthropic").glob("*.sse"))
 IDS = [path.stem for path in FIXTURES]
 EVENT_STREAM = {"content-type": "text/event-stream"}
 

@@ -8,6 +8,8 @@ from agentsessions.session import RunStore
 from agentsessions.stores.memory import MemoryStore
 from agentsessions.testing import storetest
 
+pytestmark = pytest.mark.slow  # the whole conformance suite
+
 
 @pytest.mark.parametrize("name", storetest.properties())
 def test_the_memory_store_keeps_the_contract(name: str) -> None:

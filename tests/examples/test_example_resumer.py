@@ -27,11 +27,12 @@ import pytest
 import agentsessions as agent
 from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.stores.memory import MemoryStore
-from tests.support.backends import Opener, open_postgres, open_sqlite, postgres_url, scratch_redis
+from tests.support.backends import Opener, open_postgres, open_sqlite, postgres_url, scratch_redis, store_params
+from tests.support.paths import ROOT
 from tests.support.servers import POSTGRES_DSN, REDIS_URL, require_server, skip_without
 from tests.support.waiting import wait_for
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "resumer.py"
+EXAMPLE = ROOT / "examples" / "resumer.py"
 LEASE = 1.0
 KILLED = "order-42"
 ANSWERED = "answered"
@@ -63,7 +64,7 @@ def doomed_run(opener: Opener, ready: Any) -> None:
         agent.Runner(replica="web-1").run(spec, [agent.Message.user(QUESTION)], model)
 
 
-@pytest.fixture(params=["sqlite", "postgres", "redis"])
+@pytest.fixture(params=store_params("sqlite", "postgres", "redis"))
 def place(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Opener, list[str]]]:
     """An opener for the store, and the resumer's options naming the same place."""
     if request.param == "sqlite":

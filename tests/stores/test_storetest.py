@@ -26,6 +26,8 @@ from agentsessions.session import RunStore, Store, check_fork_at, check_session_
 from agentsessions.stores.memory import MemoryStore
 from agentsessions.testing import storetest
 
+pytestmark = pytest.mark.slow  # whole conformance suites
+
 EXAMPLES = 10  # enough for every broken store below to be caught, and quick
 
 

@@ -42,6 +42,8 @@ from tests.support.replicas import check_replicas_notice_each_other, numbered_tr
 from tests.support.servers import POSTGRES_DSN, require_server
 from tests.support.waiting import wait_for
 
+pytestmark = pytest.mark.server  # PostgreSQL
+
 # What a bounded call may take beyond its timeout on a loaded machine: the bound is the
 # behaviour under test (an answer within the store's timeout), the slack is scheduling.
 SLACK = 1.5

@@ -17,7 +17,6 @@ import multiprocessing
 import secrets
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -26,9 +25,12 @@ from psycopg_pool import ConnectionPool
 
 import agentsessions as agent
 from agentsessions.stores import postgres
+from tests.support.paths import ROOT
 from tests.support.servers import POSTGRES_DSN, require_server
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sessions"
+pytestmark = pytest.mark.server  # PostgreSQL
+
+EXAMPLE = ROOT / "examples" / "sessions"
 SESSION = "conversation-1"
 
 

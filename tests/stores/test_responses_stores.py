@@ -20,12 +20,12 @@ from agentsessions.endpoints import OpenAIResponsesEndpoint
 from agentsessions.stores.memory import MemoryStore
 from agentsessions.testing.fakes.chat_completions import Call
 from agentsessions.testing.fakes.responses import Answer, FakeResponsesAPI
-from tests.support.backends import PERSISTENT, Opener, scratch_opener
+from tests.support.backends import PERSISTENT, Opener, scratch_opener, store_params
 
 KEY = "sk-responses-stores"
 
 
-@pytest.fixture(params=["memory", *PERSISTENT])
+@pytest.fixture(params=store_params("memory", *PERSISTENT))
 def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
     if request.param == "memory":
         store = MemoryStore()  # one store object is all a memory store has: both handles share it

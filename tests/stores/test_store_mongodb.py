@@ -40,6 +40,8 @@ from tests.support.crossprocess import check_steers_across_processes
 from tests.support.servers import MONGODB_URI, require_server
 from tests.support.waiting import wait_for
 
+pytestmark = pytest.mark.server  # a MongoDB wire-protocol server
+
 Client = MongoClient[dict[str, Any]]
 
 # SecantusDB's find_one_and_update scans the whole collection, and every example of the

@@ -6,6 +6,10 @@ goes through a socket to the server, as a browser's would.
 
 from __future__ import annotations
 
+from tests.support.servers import skip_without
+
+skip_without("waitress", extra="console")  # before the imports that need them
+
 import re
 import socket
 import subprocess
@@ -216,6 +220,7 @@ def test_the_script_polls_for_new_messages(base: str, store: sqlite.SQLiteStore)
     assert get(f"{base}/session/poll?id=grows&from=2&v=x").json()["gone"] is True
 
 
+@pytest.mark.server
 def test_no_store_password_on_any_page(tmp_path: Path) -> None:
     """The command over PostgreSQL with a password in the URL: its output and pages never show it."""
     from tests.support.backends import scratch_postgres

@@ -1,7 +1,7 @@
 """Kill tests on every persistent backend (see tests/support/crashes.py for what a trial does and checks).
 
 CI runs a few trials per backend (``AGENTSESSIONS_CRASH_TRIALS``, default 4); the full
-count is ``AGENTSESSIONS_CRASH_TRIALS=100 python -m pytest tests/test_crashes.py -s``.
+count is ``AGENTSESSIONS_CRASH_TRIALS=100 python -m pytest tests/crash -s``.
 ``AGENTSESSIONS_CRASH_SEED`` replays a failing run: every failure names its seed and trial.
 """
 
@@ -11,9 +11,13 @@ import os
 import random
 from pathlib import Path
 
+import pytest
+
 from tests.support.backends import Opener
 from tests.support.crashes import journal_trials, kill_trials, same_session_trials
 from tests.support.sending import send_trials
+
+pytestmark = pytest.mark.crash
 
 TRIALS = int(os.environ.get("AGENTSESSIONS_CRASH_TRIALS", "4"))
 SEED = int(os.environ.get("AGENTSESSIONS_CRASH_SEED", str(random.randrange(10**6))))

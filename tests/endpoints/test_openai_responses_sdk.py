@@ -12,14 +12,23 @@ the bytes are cut, and ours reads them all over one TCP connection. An ``error``
 
 from __future__ import annotations
 
+from tests.support.paths import FIXTURES
+from tests.support.servers import skip_without
+
+skip_without("openai")  # before the imports that need them
+
 import itertools
 import json
-from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from openai import omit
+from openai.lib.streaming.responses import ResponseStreamState
+from openai.types.responses import Response, ResponseStreamEvent
+from pydantic import TypeAdapter
 
 import agentsessions as agent
 from agentsessions.endpoints import OpenAIResponsesEndpoint
@@ -29,13 +38,7 @@ from agentsessions.testing.fakes.responses import Answer, FakeResponsesAPI, even
 from agentsessions.testing.fakes.server import RawServer, Recordings
 from tests.support.sse_pieces import assembled
 
-openai = pytest.importorskip("openai", reason="the official SDK is in the test extra")
-from openai import omit  # noqa: E402
-from openai.lib.streaming.responses import ResponseStreamState  # noqa: E402
-from openai.types.responses import Response, ResponseStreamEvent  # noqa: E402
-from pydantic import TypeAdapter  # noqa: E402
-
-RECORDED = Path(__file__).parent / "fixtures" / "openai_responses" / "output_text.json"
+RECORDED = FIXTURES / "openai_responses" / "output_text.json"
 QUESTION = (agent.Message.user("hi"),)
 SEARCH = {"id": "ws_1", "type": "web_search_call", "status": "completed", "action": {"type": "search", "query": "ü"}}
 ANSWERS = {
@@ -188,7 +191,7 @@ def test_an_error_event_and_a_failed_response_say_what_the_sdk_sees(broken: Answ
         ours = OpenAIResponsesEndpoint("m", api_key="k", base_url=fake.url, stream=True, max_retries=0)
         with pytest.raises(agent.EndpointStatusError) as caught:
             ours.complete(agent.ModelRequest("", QUESTION))
-    last = seen[-1]
+    last: Any = seen[-1]  # an `error` event or a `response.failed`: the SDK's union does not narrow on .type
     error = last if last.type == "error" else last.response.error
     assert (caught.value.message, caught.value.type) == (error.message, error.code)
     assert [event.type for event in seen][:2] == ["response.created", "response.in_progress"]

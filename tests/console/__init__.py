@@ -1,0 +1,1 @@
+"""The web console: over HTTP, and in a headless browser."""

@@ -1,0 +1,1 @@
+"""Kill tests: real processes SIGKILLed at random instants."""

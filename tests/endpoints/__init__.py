@@ -1,0 +1,1 @@
+"""The endpoints over real HTTP sockets: the fake provider servers and the official SDKs' recordings."""

@@ -1,0 +1,1 @@
+"""The examples under examples/, run as their users would."""

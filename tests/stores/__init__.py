@@ -1,0 +1,1 @@
+"""The stores: each against its real server, the conformance suite, store URLs."""
