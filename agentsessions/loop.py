@@ -121,7 +121,7 @@ class ReactLoop:
             emit(ev.StepStarted(step))
         self.collect_steers()
         self.save()
-        self.unsaved_box.clear()  # saved, or (without a session) carried by the request
+        self.unsaved_box.clear()  # saved, or (without a session) carried by the request below
         if self.keep.cancel_requested:  # the save brought a cancel from elsewhere
             self.stop_reason = StopReason.CANCELLED
             return
@@ -272,7 +272,8 @@ class ReactLoop:
         return [("session", text) for text in late]
 
     def saved(self) -> None:
-        """Report a save."""
+        """Report a save: it carries the box's steers taken so far."""
+        self.unsaved_box.clear()
         if self.emit:
             self.emit(ev.TranscriptSaved(self.steps, len(self.transcript)))
 

@@ -117,6 +117,7 @@ class Run:
 
     def _execute(self) -> None:
         error: Exception | None = None
+        interrupt: BaseException | None = None
         try:
             if self._emit:
                 session_id = getattr(self._loop.spec.session, "id", None)
@@ -126,9 +127,16 @@ class Run:
             except Exception as caught:
                 error = caught
                 self._stop(RunState.FAILED)
-            self._result = self._close(failed=error is not None)
+            except BaseException as caught:
+                # Ctrl-C (KeyboardInterrupt) or SystemExit unwinding through the run: it ends as a
+                # cancel does, saved and released, so that running the script again need not wait
+                # out the lease; then the interrupt goes on its way.
+                interrupt = caught
+                self._loop.stop_reason = StopReason.CANCELLED
+                self._stop(RunState.CANCELLED)
+            self._result = self._close(StopReason.ERROR if error is not None else self._loop.stop_reason)
             if self._emit:
-                self._emit(ev.RunFinished(self._result, error))
+                self._emit(ev.RunFinished(self._result, error or interrupt))
             if error is not None:
                 failure = f"{type(error).__name__}: {error}"  # its words, not a repr that nests its cause's
                 self._error = RunError(f"the run failed in step {self._loop.steps}: {failure}", self._result)
@@ -136,19 +144,20 @@ class Run:
         finally:
             self._loop.keep.let_go()
             self._finished.set()
+        if interrupt is not None:
+            raise interrupt
 
     def _stop(self, end: RunState) -> None:
-        """After a failure, save what the run has and release its session as ``end``, if the store lets us."""
+        """After a failure or an interrupt, save what the run has and release its session as ``end``, if we can."""
         loop = self._loop
         if loop.keep.stop(loop.transcript, end):
             loop.unsaved_box = []
 
-    def _close(self, failed: bool) -> Result:
+    def _close(self, stop_reason: str) -> Result:
         """Refuse further steers and build the result; steers in no save (or request) were never applied."""
         leftover = self._box.take(close=True)
         loop = self._loop
-        stop_reason = StopReason.ERROR if failed else loop.stop_reason
-        unapplied = (loop.unsaved_box if failed else []) + loop.unapplied + leftover
+        unapplied = loop.unsaved_box + loop.unapplied + leftover
         return Result(loop.transcript, loop.final_text(), loop.steps, stop_reason, unapplied, loop.usage)
 
 
@@ -210,6 +219,8 @@ class Runner:
         """Run on the calling thread until the run finishes; raises :class:`RunError` if it fails.
 
         ``messages`` is the whole transcript, or :class:`Resume` to continue the session's.
+        A ``KeyboardInterrupt`` (Ctrl-C) or ``SystemExit`` during the run ends it as a cancel
+        does, saved and its session released as ``CANCELLED``, and is then raised on.
         """
         run = self._prepare(spec, messages, endpoint, events)
         run._execute()

@@ -108,3 +108,74 @@ def test_at_exit_a_run_is_cancelled_and_releases_its_session(how: str, tmp_path:
     info = sqlite.open(db).info("s")
     assert info.state is agent.RunState.CANCELLED, info
     assert info.length >= (3 if how == "ctrl-c" else 1)
+
+
+INTERRUPTED = """
+import sys, threading
+import agentsessions as agent
+from agentsessions.endpoints import ScriptedEndpoint
+from agentsessions.stores import sqlite
+
+where = sys.argv[2]
+
+@agent.tool
+def wait_here() -> str:
+    '''Wait (for Ctrl-C), or exit.'''
+    if where == "exit-in-tool":
+        sys.exit(3)
+    print("waiting", flush=True)
+    threading.Event().wait(60)
+    return "never"
+
+def model(request: agent.ModelRequest) -> agent.Message:
+    if where == "model":
+        print("waiting", flush=True)
+        threading.Event().wait(60)
+    return agent.Message(agent.Role.ASSISTANT, [agent.Content.tool_use("c1", "wait_here", "{}")])
+
+store = sqlite.open(sys.argv[1])
+spec = agent.Spec(tools=[wait_here], session=agent.open("s", store), lease=60)
+agent.Runner().run(spec, [agent.Message.user("go")], ScriptedEndpoint([model]))
+"""
+
+
+@pytest.mark.parametrize("where", ["tool", "model", "exit-in-tool"])
+def test_ctrl_c_in_run_saves_and_releases_so_the_session_can_run_again_at_once(where: str, tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    process = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(INTERRUPTED), str(db), where],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    if where != "exit-in-tool":
+        assert process.stdout.readline() == "waiting\n"
+        process.send_signal(signal.SIGINT)  # a real Ctrl-C, on the main thread running the run
+    _, stderr = process.communicate(timeout=30)
+    if where == "exit-in-tool":
+        assert process.returncode == 3, stderr
+    else:
+        assert process.returncode != 0 and "KeyboardInterrupt" in stderr, stderr  # it goes on unwinding
+    store = sqlite.open(db)
+    info = store.info("s")
+    assert info.state is agent.RunState.CANCELLED, info  # released, not held for the 60 s lease
+    # What the run had is saved: interrupted in the tool, the model's call too, and a resume runs it.
+    saved = store.messages("s")
+    assert len(saved) == (1 if where == "model" else 2), saved
+
+    @agent.tool
+    def wait_here() -> str:
+        """Done at once this time."""
+        return "done"
+
+    replies = [agent.Message.assistant("finished")]
+    if where == "model":
+        replies.insert(0, agent.Message(agent.Role.ASSISTANT, [agent.Content.tool_use("c1", "wait_here", "{}")]))
+    spec = agent.Spec(tools=[wait_here], session=agent.open("s", store), lease=60)
+    result = agent.Runner().run(spec, agent.Resume(), ScriptedEndpoint(replies))  # no SessionBusyError
+    assert result.text == "finished" and result.messages[2] == agent.Message(
+        agent.Role.USER, [agent.Content.tool_result("c1", "done")]
+    )

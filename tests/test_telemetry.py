@@ -29,6 +29,7 @@ import agentsessions as agent
 from agentsessions import events as ev
 from agentsessions.endpoints import AnthropicEndpoint, ScriptedEndpoint
 from agentsessions.loop import IN_DOUBT
+from agentsessions.runs import Claim, Renewal
 from agentsessions.stores import sqlite
 from agentsessions.stores.memory import MemoryStore
 from agentsessions.telemetry import DURATION_BUCKETS, TOKEN_BUCKETS, OpenTelemetry
@@ -215,21 +216,29 @@ def test_an_anthropic_run_names_its_model_provider_and_server_and_never_its_key(
     assert any(isinstance(event, ev.TextDelta) for event in seen) is stream  # forwarded to then= untouched
 
 
-class Killed(BaseException):
-    """The process dies in the middle of a tool call: nothing after it runs, nothing is released."""
+class Hangs(sqlite.SQLiteStore):
+    """Replica A's view of the file: once its process hangs, its lease renewals reach nothing."""
+
+    hung = False
+
+    def renew(self, claims: Sequence[Claim]) -> Renewal:
+        return Renewal() if self.hung else super().renew(claims)
 
 
 def test_one_session_keeps_its_conversation_id_across_replicas(otel: Otel, tmp_path: Path) -> None:
     path = str(tmp_path / "sessions.db")
+    in_send, wake = threading.Event(), threading.Event()
 
     @agent.tool
     def send(to: str) -> str:
-        """Send the report (not idempotent): the first replica dies while it runs."""
+        """Send the report (not idempotent): the first replica hangs while it runs, as if dead."""
         if threading.current_thread().name != "replica-b":
-            raise Killed
+            first.hung = True
+            in_send.set()
+            wake.wait(20)
         return f"sent to {to}"
 
-    first, second = sqlite.open(path), sqlite.open(path)  # two replicas, two store objects, one file
+    first, second = Hangs(path), sqlite.open(path)  # two replicas, two store objects, one file
     try:
         session_a = agent.open("conversation-7", first)
         spec_a = agent.Spec(tools=[send], session=session_a, journal=True, lease=0.2)
@@ -237,8 +246,8 @@ def test_one_session_keeps_its_conversation_id_across_replicas(otel: Otel, tmp_p
         turn_one = ScriptedEndpoint([agent.Message.assistant("hello")])
         replica_a.run(spec_a, [agent.Message.user("hi")], turn_one, otel.telemetry())  # released
         messages = [*session_a.messages(), agent.Message.user("send it to r1")]
-        with pytest.raises(Killed):
-            replica_a.run(spec_a, messages, ScriptedEndpoint([call("send", "c1", to="r1")]), otel.telemetry())
+        hanging = replica_a.start(spec_a, messages, ScriptedEndpoint([call("send", "c1", to="r1")]), otel.telemetry())
+        assert in_send.wait(10)
         # Replica B takes over once A's lease has lapsed, and resumes from the stored transcript.
         spec_b = agent.Spec(tools=[send], session=agent.open("conversation-7", second), journal=True)
         resume = threading.Thread(
@@ -246,13 +255,17 @@ def test_one_session_keeps_its_conversation_id_across_replicas(otel: Otel, tmp_p
         )
         resume.start()
         resume.join(20)
+        spans = otel.spans()  # before A wakes: what a dead replica A would have left
+        wake.set()
+        with pytest.raises(agent.RunError) as superseded:  # woken, it writes nothing more
+            hanging.wait(10)
+        assert isinstance(superseded.value.__cause__, agent.ConflictError)
     finally:
         first.close()
         second.close()
-    spans = otel.spans()
     runs = by_name(spans, "invoke_agent")
     assert [attributes(run)["agentsessions.replica"] for run in runs] == ["replica-a", "replica-b"]
-    # The killed run's own span never ended (its process is gone); what it finished was exported.
+    # The hung run's own span had not ended (as if its process were gone); what it finished was exported.
     assert [span.name for span in spans] == ["chat", "invoke_agent", "chat", "chat", "invoke_agent"]
     assert {attributes(span)["gen_ai.conversation.id"] for span in spans} == {"conversation-7"}
     assert len({span.context.trace_id for span in runs if span.context}) == 2  # two runs, joined by the id
