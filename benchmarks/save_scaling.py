@@ -277,7 +277,7 @@ def redis_prefix() -> Iterator[Backend]:
     from agentsessions.stores.redis import RedisStore
 
     prefix = f"agentsessions_bench_{secrets.token_hex(4)}:"
-    with redis.Redis.from_url(REDIS_URL, socket_connect_timeout=5) as client:
+    with redis.Redis.from_url(REDIS_URL, socket_timeout=30, socket_connect_timeout=5) as client:
         client.ping()
 
         def keys() -> list[Any]:

@@ -250,7 +250,8 @@ def redis_target(pool_size: int) -> Iterator[Target]:
     from agentsessions.stores.redis import RedisStore
 
     prefix = f"agentsessions_suite_{secrets.token_hex(4)}:"
-    with redis.Redis.from_url(REDIS_URL, max_connections=pool_size, socket_connect_timeout=5) as client:
+    pool = redis.BlockingConnectionPool.from_url(REDIS_URL, max_connections=pool_size, timeout=30, socket_timeout=30)
+    with redis.Redis(connection_pool=pool) as client:
         client.ping()
         try:
             bare_key = prefix + "bare"
@@ -258,6 +259,7 @@ def redis_target(pool_size: int) -> Iterator[Target]:
         finally:
             for key in client.scan_iter(match=prefix + "*", count=1000):  # the prefix has no glob character
                 client.unlink(key)
+            pool.disconnect()  # a client given its pool leaves it open
 
 
 # --- Saves per second from many threads -----------------------------------------------------------

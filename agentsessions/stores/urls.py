@@ -40,10 +40,22 @@ from agentsessions.errors import StoreError
 from agentsessions.session import RunStore
 from agentsessions.stores.kit.schema import MigratingStore, Migrator
 
-__all__ = ["CONNECT_TIMEOUT", "StoreURL", "from_url", "mask_urls", "open_migrator", "open_url", "parse_url"]
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "REDIS_TIMEOUT",
+    "StoreURL",
+    "from_url",
+    "mask_urls",
+    "open_migrator",
+    "open_url",
+    "parse_url",
+]
 
 CONNECT_TIMEOUT = 5
 """Seconds: a store that does not answer fails the caller, it does not hang it."""
+
+REDIS_TIMEOUT = 30
+"""Seconds a Redis store's call waits for an answer, and for a free connection, unless the URL says otherwise."""
 
 _SECRET_KEYS = frozenset({"password", "pass", "pwd", "sslpassword"})
 # Any URL-like userinfo with a password, in any text: the net under the exact masking below.
@@ -280,13 +292,17 @@ def _redis(url: StoreURL, parts: SplitResult, *, connections: int) -> Iterator[R
     prefixes = [value for key, value in query if key == "prefix"]
     rest = urlunsplit(parts._replace(query=urlencode([(key, value) for key, value in query if key != "prefix"])))
     given = {key for key, _ in query}
-    options: dict[str, Any] = {"max_connections": connections}
+    options: dict[str, Any] = {}
     if "socket_connect_timeout" not in given:
         options["socket_connect_timeout"] = CONNECT_TIMEOUT
     if "socket_timeout" not in given:
-        options["socket_timeout"] = 30
+        options["socket_timeout"] = REDIS_TIMEOUT
     try:
-        client = redis.Redis.from_url(rest, **options)
+        # A pool that makes a call wait for a free connection (up to the call's own timeout)
+        # instead of failing it: redis-py's default raises once max_connections are open.
+        wait = float(dict(query).get("socket_timeout") or REDIS_TIMEOUT)
+        pool = redis.BlockingConnectionPool.from_url(rest, max_connections=connections, timeout=wait, **options)
+        client = redis.Redis(connection_pool=pool)
     except (ValueError, TypeError) as error:  # a parameter redis-py cannot read
         raise ValueError(f"cannot use the store URL {url.shown}: {error}") from None
     try:
@@ -299,3 +315,4 @@ def _redis(url: StoreURL, parts: SplitResult, *, connections: int) -> Iterator[R
         yield RedisStore(client, **({"prefix": prefixes[-1]} if prefixes else {}))
     finally:
         client.close()
+        pool.disconnect()  # a client given its pool leaves it open

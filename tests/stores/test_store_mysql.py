@@ -37,6 +37,7 @@ from agentsessions.stores import mysql
 from agentsessions.stores.urls import from_url
 from agentsessions.testing import storetest
 from tests.support.crossprocess import check_steers_across_processes
+from tests.support.proxy import Proxy, proxied
 from tests.support.replicas import check_replicas_notice_each_other, numbered_transcript
 from tests.support.servers import MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, require_server
 from tests.support.waiting import wait_for
@@ -634,63 +635,11 @@ TIMEOUT = 1.0  # the test connections' read, write and connect timeouts, in seco
 _TIMEOUTS = {"read_timeout": TIMEOUT, "write_timeout": TIMEOUT, "connect_timeout": TIMEOUT}
 
 
-class StallingProxy:
-    """A TCP proxy on 127.0.0.1 to the server, which can stop answering like a stalled peer.
-
-    ``stall()`` black-holes every connection open then, for good, and every new one until
-    ``resume()``. ``close()`` shuts everything, so the port refuses connections.
-    """
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.epoch, self.stalled = 0, False  # a connection forwards while its epoch is current
-        self.sockets: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def stall(self) -> None:
-        self.stalled, self.epoch = True, self.epoch + 1
-
-    def resume(self) -> None:
-        self.stalled = False
-
-    def close(self) -> None:
-        self.stall()
-        for sock in [self.listener, *self.sockets]:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return  # closed
-            epoch, upstream = self.epoch, None if self.stalled else socket.create_connection(self.target)
-            self.sockets += [client] if upstream is None else [client, upstream]
-            if upstream is not None:
-                threading.Thread(target=self._pump, args=(upstream, client, epoch), daemon=True).start()
-            threading.Thread(target=self._pump, args=(client, upstream, epoch), daemon=True).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket | None, epoch: int) -> None:
-        with contextlib.suppress(OSError):
-            while data := source.recv(65536):
-                if sink is not None and epoch == self.epoch:
-                    sink.sendall(data)
-        for sock in (source, sink):
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-
-
 @pytest.fixture
-def proxy() -> Iterator[StallingProxy]:
+def proxy() -> Iterator[Proxy]:
     """A proxy to the test server."""
-    server = StallingProxy((MYSQL_HOST, MYSQL_PORT))
-    yield server
-    server.close()
+    with proxied((MYSQL_HOST, MYSQL_PORT)) as server:
+        yield server
 
 
 def _timed_pool(database: str, port: int) -> PooledDB:
@@ -700,7 +649,7 @@ def _timed_pool(database: str, port: int) -> PooledDB:
 
 @pytest.mark.parametrize("through", ["pool", "partial"])
 def test_a_server_that_stops_answering_gives_a_store_error_in_bounded_time(
-    proxy: StallingProxy, database: str, through: str
+    proxy: Proxy, database: str, through: str
 ) -> None:
     pool = _timed_pool(database, proxy.port)
     stall_after_connect = threading.Event()
@@ -750,7 +699,7 @@ def test_a_server_that_stops_answering_gives_a_store_error_in_bounded_time(
     assert max(spent.values()) < (2 if through == "partial" else 5) * TIMEOUT + 1.5
 
 
-def test_an_unreachable_server_is_named_with_its_host_and_port(proxy: StallingProxy, database: str) -> None:
+def test_an_unreachable_server_is_named_with_its_host_and_port(proxy: Proxy, database: str) -> None:
     free = socket.create_server(("127.0.0.1", 0))
     port = free.getsockname()[1]
     free.close()  # nothing listens there now

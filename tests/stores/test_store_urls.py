@@ -39,12 +39,15 @@ def test_a_sqlite_url_opens_the_file_and_creates_it_only_when_asked(tmp_path: Pa
 
 @pytest.mark.server
 def test_a_redis_url_opens_a_store_under_its_prefix() -> None:
-    client = require_server("Redis", lambda: redis.Redis.from_url(REDIS_URL, socket_connect_timeout=5))
+    client = require_server("Redis", lambda: redis.Redis.from_url(REDIS_URL, socket_timeout=30))
     client.ping()
     prefix = f"agentsessions_test_{secrets.token_hex(4)}:"
     try:
-        with stores.from_url(f"{REDIS_URL}?prefix={prefix}") as store:
+        with stores.from_url(f"{REDIS_URL}?prefix={prefix}", connections=3) as store:
             assert isinstance(store, RedisStore) and store.prefix == prefix
+            # A pool that makes calls wait for one of its connections, for a bounded time.
+            pool = store.client.connection_pool
+            assert isinstance(pool, redis.BlockingConnectionPool) and (pool.max_connections, pool.timeout) == (3, 30)
             store.save("s", [agent.Message.user("hi")])
         assert RedisStore(client, prefix=prefix).messages("s") == [agent.Message.user("hi")]
         with stores.from_url(REDIS_URL) as store:

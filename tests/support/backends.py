@@ -143,8 +143,12 @@ def open_redis(url: str, prefix: str) -> Iterator[agent.RunStore]:
 
     from agentsessions.stores.redis import RedisStore
 
-    with redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=5) as client:
-        yield RedisStore(client, prefix=prefix)
+    # The pool the docs recommend: a call waits for a free connection instead of failing.
+    pool = redis.BlockingConnectionPool.from_url(url, max_connections=50, timeout=30, socket_timeout=30)
+    try:
+        yield RedisStore(redis.Redis(connection_pool=pool), prefix=prefix)
+    finally:
+        pool.disconnect()
 
 
 @contextlib.contextmanager

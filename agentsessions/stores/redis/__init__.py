@@ -67,10 +67,17 @@ _NONCE = 8  # bytes of a call's nonce (a steer's sits between its seq and its te
 class RedisStore:
     """Sessions and their runs in Redis, under keys that start with ``prefix``.
 
-    ``client`` is a ``redis.Redis`` made by the caller, who chooses its pool, timeouts
-    (``socket_timeout`` bounds every call) and retries; the store never closes it. It must
-    return bytes (``decode_responses=False``, the default): ids and texts are stored as
-    bytes that round-trip any ``str``. Safe to share between threads, as the client is.
+    ``client`` is a ``redis.Redis`` made by the caller, who chooses its pool, timeouts and
+    retries; the store never closes it. It must return bytes (``decode_responses=False``,
+    the default): ids and texts are stored as bytes that round-trip any ``str``. Safe to
+    share between threads, as the client is.
+
+    Every call must end: the client needs a ``socket_timeout``, which bounds each call,
+    and must not retry a command that timed out (``redis.Redis(host=..., port=...)`` does,
+    10 times, so a server that stops answering would hold each call for 11 timeouts and
+    backoffs). Such a client is refused here with a ``ValueError`` that says what to pass:
+    a retry of dropped connections only, which every step is safe to run twice after. A
+    ``BlockingConnectionPool`` must have a ``timeout``. See the docs for sizing the pool.
 
     Stores in one Redis database need prefixes of which none starts with another
     (``app:`` and ``app:s:`` would share keys); ``app:a:`` and ``app:b:`` are fine.
@@ -83,6 +90,7 @@ class RedisStore:
             raise ValueError("RedisStore needs a client with decode_responses=False: it stores ids and texts as bytes")
         if not isinstance(prefix, str):
             raise TypeError(f"prefix must be a str, got {type(prefix).__name__}: {prefix!r:.80}")
+        _check_bounded(client.connection_pool)
         self.client = client
         self.prefix = prefix
         self._prefix = encode_text(prefix)
@@ -102,7 +110,9 @@ class RedisStore:
     def __repr__(self) -> str:
         # Host, port and db only: the connection's keyword arguments also hold the password.
         kwargs = self.client.connection_pool.connection_kwargs
-        where = f"{kwargs.get('host', kwargs.get('path', '?'))}:{kwargs.get('port', '')}/{kwargs.get('db', 0)}"
+        host = kwargs.get("host")
+        where = f"{host}:{kwargs.get('port') or 6379}" if host else kwargs.get("path", "?")
+        where = f"{where}/{kwargs.get('db', 0)}"
         return f"RedisStore({where!r}, prefix={self.prefix!r})"
 
     # --- Keys ------------------------------------------------------------------------------
@@ -293,6 +303,46 @@ class RedisStore:
     def _errors(self, action: str, session_id: str = "") -> AbstractContextManager[None]:
         # redis-py's messages name the host and port, never the password.
         return translated(redis.RedisError, "Redis store", action, session_id, known=self._known)
+
+
+_RETRY_DROPS = (
+    "retry=Retry(ExponentialWithJitterBackoff(), 3, supported_errors=(redis.ConnectionError,)) "
+    "(from redis.retry and redis.backoff), which retries only after a dropped connection"
+)
+
+
+def _check_bounded(pool: Any) -> None:
+    """Refuse a client whose calls may not end in about its ``socket_timeout``: none set, or retried after one."""
+    kwargs = pool.connection_kwargs
+    if kwargs.get("socket_timeout") is None:
+        raise ValueError(
+            "RedisStore needs a client whose calls end: this one has no socket_timeout, so a server that stops "
+            "answering would hold a call forever; make it with socket_timeout=10 (seconds: it bounds every call)"
+        )
+    retry = _retry_of(pool)
+    retries = retry.get_retries() if retry is not None else 0
+    retried = getattr(retry, "_supported_errors", ())  # what redis-py's Retry retries, which it does not expose
+    if retries and any(issubclass(kind, (TimeoutError, redis.TimeoutError)) for kind in retried):
+        times = "without end" if retries < 0 else "once" if retries == 1 else f"up to {retries} times"
+        raise ValueError(
+            f"RedisStore needs a client that does not retry a command that timed out: this one retries {times} "
+            "after a timeout (redis.Redis(host=..., port=...) does by default), so a server that stops answering "
+            "would hold each call for that many socket timeouts more. Make the client with "
+            f"{_RETRY_DROPS}, or with Redis.from_url(...), which does not retry"
+        )
+    if isinstance(pool, redis.BlockingConnectionPool) and pool.timeout is None:
+        raise ValueError(
+            "RedisStore needs a pool that waits for a free connection for a bounded time: this "
+            "BlockingConnectionPool has timeout=None; give it timeout=10 (seconds)"
+        )
+
+
+def _retry_of(pool: Any) -> Any:
+    """The retry policy the pool's connections get, as a connection works it out from the pool's settings."""
+    try:
+        return pool.connection_class(**pool.connection_kwargs).retry  # made, never connected: no I/O
+    except Exception:  # a connection class that needs more: the retry the pool was given, if any
+        return pool.connection_kwargs.get("retry")
 
 
 def _attempts(plan: SavePlan) -> Iterator[int | None]:
