@@ -50,6 +50,7 @@ from agentsessions.messages import Content, Message, Role
 from agentsessions.session import MAX_SESSION_ID, ForkStore, RunStore, Store
 from agentsessions.testing._storetest_arguments import ARGUMENTS
 from agentsessions.testing._storetest_fork import FORK, FORK_CHECKS
+from agentsessions.testing._storetest_many import MANY, check_many
 from agentsessions.testing._storetest_runs import RUN_CHECKS, RUN_PROPERTIES
 from agentsessions.testing._storetest_support import (
     CONTENT,
@@ -72,7 +73,7 @@ from agentsessions.testing._storetest_support import (
     transcripts,
 )
 
-__all__ = ["ARGUMENTS", "FORK", "PROPERTIES", "RUN_PROPERTIES", "Report", "check", "properties", "run"]
+__all__ = ["ARGUMENTS", "FORK", "MANY", "PROPERTIES", "RUN_PROPERTIES", "Report", "check", "properties", "run"]
 
 MODEL = "the store agrees with a dict model"
 VERBATIM = "strings are kept verbatim"
@@ -87,7 +88,7 @@ FRESH = "messages() returns a new list"
 # Verbatim comes early: most other properties round-trip arbitrary text too, and a store that
 # mangles text is best told so by the property about text.
 PROPERTIES: tuple[str, ...] = (
-    *(UNKNOWN, VERBATIM, STEERS, REPLACES, FRESH, ISOLATED, REJECTED, MODEL, READERS),
+    *(UNKNOWN, VERBATIM, STEERS, REPLACES, FRESH, ISOLATED, REJECTED, MODEL, READERS, MANY),
     *RUN_PROPERTIES,
     FORK,
 )
@@ -622,4 +623,5 @@ _CHECKS: dict[str, Callable[[Context], None]] = {
     READERS: _check_readers,
     STEERS: _check_steers,
     FRESH: _check_fresh_lists,
+    MANY: check_many,
 }
