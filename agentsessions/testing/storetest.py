@@ -47,9 +47,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
 from agentsessions.messages import Content, Message, Role
-from agentsessions.session import MAX_SESSION_ID, ForkStore, RunStore, Store
+from agentsessions.session import MAX_SESSION_ID, ForkStore, MetadataStore, RunStore, Store
 from agentsessions.testing._storetest_arguments import ARGUMENTS
 from agentsessions.testing._storetest_fork import FORK, FORK_CHECKS
+from agentsessions.testing._storetest_metadata import METADATA, METADATA_CHECKS
 from agentsessions.testing._storetest_runs import RUN_CHECKS, RUN_PROPERTIES
 from agentsessions.testing._storetest_support import (
     CONTENT,
@@ -72,7 +73,7 @@ from agentsessions.testing._storetest_support import (
     transcripts,
 )
 
-__all__ = ["ARGUMENTS", "FORK", "PROPERTIES", "RUN_PROPERTIES", "Report", "check", "properties", "run"]
+__all__ = ["ARGUMENTS", "FORK", "METADATA", "PROPERTIES", "RUN_PROPERTIES", "Report", "check", "properties", "run"]
 
 MODEL = "the store agrees with a dict model"
 VERBATIM = "strings are kept verbatim"
@@ -90,6 +91,7 @@ PROPERTIES: tuple[str, ...] = (
     *(UNKNOWN, VERBATIM, STEERS, REPLACES, FRESH, ISOLATED, REJECTED, MODEL, READERS),
     *RUN_PROPERTIES,
     FORK,
+    METADATA,
 )
 """The names of the properties :func:`run` checks, in the order it checks them."""
 
@@ -111,7 +113,8 @@ class Report:
     ``skipped`` names the properties left out because the store lacks their capability:
     those of :data:`RUN_PROPERTIES` for a store that is not a
     :class:`~agentsessions.session.RunStore`, the fork property for one that is not a
-    :class:`~agentsessions.session.ForkStore`.
+    :class:`~agentsessions.session.ForkStore`, the metadata property for one that is not a
+    :class:`~agentsessions.session.MetadataStore`.
     """
 
     examples: Mapping[str, int] = attrs.field(converter=_read_only)
@@ -179,8 +182,10 @@ def _check(names: Sequence[str], factory: Callable[[], Store], max_examples: int
             settings = hypothesis.settings(settings, phases=(Phase.explicit, Phase.generate))
             threaded = hypothesis.settings(threaded, phases=(Phase.explicit, Phase.generate))
         context = Context(factory(), settings, threaded, token, serial, listing_sessions=listing_sessions)
-        if (name in RUN_PROPERTIES and not isinstance(context.store, RunStore)) or (
-            name == FORK and not isinstance(context.store, ForkStore)
+        if (
+            (name in RUN_PROPERTIES and not isinstance(context.store, RunStore))
+            or (name == FORK and not isinstance(context.store, ForkStore))
+            or (name == METADATA and not isinstance(context.store, MetadataStore))
         ):
             skipped.append(name)
             continue
@@ -613,6 +618,7 @@ def _check_steers(context: Context) -> None:
 _CHECKS: dict[str, Callable[[Context], None]] = {
     **RUN_CHECKS,
     **FORK_CHECKS,
+    **METADATA_CHECKS,
     MODEL: _check_model,
     VERBATIM: _check_verbatim,
     ISOLATED: _check_ids,

@@ -252,9 +252,13 @@ class PagesOnUpdatedAtOnly(MemoryStore):
     """Lists in pages of 7 after the last ``updated_at`` seen, dropping the rest of a run of ties."""
 
     def sessions(
-        self, *, state: RunState | Collection[RunState] | None = None, updated_before: object = None
+        self,
+        *,
+        state: RunState | Collection[RunState] | None = None,
+        updated_before: object = None,
+        metadata: object = None,
     ) -> Iterator[SessionInfo]:
-        """Check the arguments, then page lazily."""
+        """Check the arguments, then page lazily (by state only: the listing property is the one it breaks)."""
         state_filter(state), check_updated_before(updated_before)
         return self.pages(state, updated_before)
 

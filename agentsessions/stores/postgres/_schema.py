@@ -35,8 +35,8 @@ __all__ = [
     "read_version",
 ]
 
-SCHEMA_VERSION = 2
-"""The version of the schema this release creates and needs (2: steer keys)."""
+SCHEMA_VERSION = 3
+"""The version of the schema this release creates and needs (2: steer keys; 3: session metadata)."""
 
 LOCK = 0x6167_656E_7473_6573  # "agentses": the advisory lock every migration of any schema takes
 
@@ -58,6 +58,20 @@ CREATE TABLE IF NOT EXISTS agentsessions_steer_keys (
     digest      bytea       NOT NULL,
     PRIMARY KEY (session_id, steer_key)
 );
+"""
+
+# Version 3: each session's metadata, a row per pair, and an index from a pair to its
+# sessions, so listing one user's sessions reads that user's rows, not every session. Keys
+# and values are text (the library refuses NUL and lone surrogates in them) in the "C"
+# collation: compared byte for byte, as ids are.
+_METADATA = """
+CREATE TABLE IF NOT EXISTS agentsessions_metadata (
+    session_id  bytea       NOT NULL,
+    mkey        text        COLLATE "C" NOT NULL,
+    mvalue      text        COLLATE "C" NOT NULL,
+    PRIMARY KEY (session_id, mkey)
+);
+CREATE INDEX IF NOT EXISTS agentsessions_metadata_by_pair ON agentsessions_metadata (mkey, mvalue, session_id);
 """
 
 # Ids, holders and steers are bytea of their UTF-8 (surrogates passed through): text
@@ -101,6 +115,7 @@ CREATE TABLE IF NOT EXISTS agentsessions_steers (
 CREATE INDEX IF NOT EXISTS agentsessions_steers_by_session ON agentsessions_steers (session_id, seq);
 CREATE SEQUENCE IF NOT EXISTS agentsessions_tokens;"""
     + _STEER_KEYS
+    + _METADATA
 )
 """This version's whole schema, from nothing, its version row included: run it once per database."""
 
@@ -115,10 +130,14 @@ def _record(version: int) -> str:
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [_VERSIONS.strip().rstrip(";"), _STEER_KEYS.strip().rstrip(";"), _record(2)],
+    2: [*(statement.strip() for statement in _METADATA.split(";") if statement.strip()), _record(3)],
 }
 """From a version to the statements that bring it to the next, each idempotent; never run by the library on its own."""
 
-_SUMMARIES = {1: "steer keys (table agentsessions_steer_keys) and the schema version table"}
+_SUMMARIES = {
+    1: "steer keys (table agentsessions_steer_keys) and the schema version table",
+    2: "session metadata (table agentsessions_metadata, indexed by pair)",
+}
 
 _VERSION = f"SELECT max(version) FROM {VERSION_TABLE}"
 _SESSIONS_TABLE = "SELECT to_regclass('agentsessions_sessions') IS NOT NULL"
