@@ -377,8 +377,8 @@ class MySQLStore:
         with self._transaction("delete the session", session_id) as cur:
             found: int = cur.execute(_DELETE_SESSION, (key,))
             found += cur.execute(_DELETE_ALL_STEERS, (key,))
-            cur.execute(_DELETE_KEYS, (key,))  # not counted: a session with keys has its record
             found += cur.execute(_DELETE_MESSAGES_FROM, (key, 0))
+            _delete_keys(cur, key)
         self._known.forget(session_id)
         return found > 0
 
@@ -608,6 +608,20 @@ def _new_key(cur: Any, key: bytes, session_id: str, steer_key: str, text: str) -
         return False
     cur.execute(_INSERT_KEY, (key, encoded, steerkeys.digest(text)))
     return True
+
+
+def _delete_keys(cur: Any, key: bytes) -> None:
+    """Delete the session's steer keys (not counted: a session with keys has its record).
+
+    A database made before steer keys has no table for them, so no keys to delete: delete
+    keeps working there until ``SCHEMA`` is run again (a keyed steer asks for that). MySQL
+    rolls back only the failed statement, not the transaction.
+    """
+    try:
+        cur.execute(_DELETE_KEYS, (key,))
+    except pymysql.err.ProgrammingError as error:
+        if not schema_missing(error):
+            raise
 
 
 def _delete_steers(cur: Any, key: bytes, seqs: list[int]) -> None:
