@@ -83,6 +83,7 @@ def test_bad_metadata_names_what_is_wrong(bad: Any, error: type[Exception], word
 def test_metadata_stays_clear_under_encryption(tmp_path: Path) -> None:
     keyring = Keyring({"k1": bytes(32)}, current="k1")
     store = encrypted(sqlite.open(tmp_path / "s.db"), keyring)
+    assert isinstance(store, agent.MetadataStore)
     session = agent.open("s", store)
     session.save([agent.Message.user("a secret question")])
     session.set_metadata({"user": "42"})
@@ -110,6 +111,7 @@ def test_sqlite_lists_by_metadata_through_the_pair_index(tmp_path: Path) -> None
 @pytest.mark.slow  # the previous release's schema, migrated
 def test_a_version_1_sqlite_file_migrates_and_keeps_metadata(tmp_path: Path) -> None:
     with scratch_at("sqlite", tmp_path, version=1) as opener, opener() as store:
+        assert isinstance(store, sqlite.SQLiteStore)
         store.save("old", [agent.Message.user("from before")])
         store.set_metadata("old", {"user": "42"})
         assert [(info.id, info.metadata) for info in store.sessions(metadata={"user": "42"})] == [
