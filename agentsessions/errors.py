@@ -13,7 +13,7 @@ network or provider.
     ├── StoreError                           a store or its database failed; chained from the driver
     │   ├── SchemaMissingError               the tables are missing or older: names the schema or migration to run
     │   ├── SchemaTooNewError                the schema is two or more versions newer than this release
-    │   └── ConflictError                    another run holds or took over the session
+    │   └── ConflictError                    another run holds or took over the session; a steer key reused
     │       └── SessionBusyError             a claim refused: another run's lease is live
     ├── EndpointError                        the model provider gave no answer this library can use
     │   ├── EndpointTransportError (ConnectionError)   no answer: refused, reset, dropped, cut short
@@ -105,7 +105,10 @@ class ConflictError(StoreError):
     """A write refused because the session is, or has come to be, held by another run.
 
     A run whose claim was superseded (taken over after its lease lapsed, or its session
-    deleted) gets this from its next save, and fails with it as the cause.
+    deleted) gets this from its next save, and fails with it as the cause. A steer whose
+    ``key`` the session already holds for another text gets it too, having stored nothing
+    (``session.steer(text, key=...)``: the same key with the same text is a retry, and
+    stores nothing more).
     """
 
 
