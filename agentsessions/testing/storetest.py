@@ -46,8 +46,10 @@ from hypothesis import Phase, example, given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
+from agentsessions.approvals import ApprovalStore
 from agentsessions.messages import Content, Message, Role
 from agentsessions.session import MAX_SESSION_ID, ForkStore, RunStore, Store
+from agentsessions.testing._storetest_approvals import APPROVAL_CHECKS, APPROVAL_PROPERTIES
 from agentsessions.testing._storetest_arguments import ARGUMENTS
 from agentsessions.testing._storetest_fork import FORK, FORK_CHECKS
 from agentsessions.testing._storetest_runs import RUN_CHECKS, RUN_PROPERTIES
@@ -72,7 +74,17 @@ from agentsessions.testing._storetest_support import (
     transcripts,
 )
 
-__all__ = ["ARGUMENTS", "FORK", "PROPERTIES", "RUN_PROPERTIES", "Report", "check", "properties", "run"]
+__all__ = [
+    "APPROVAL_PROPERTIES",
+    "ARGUMENTS",
+    "FORK",
+    "PROPERTIES",
+    "RUN_PROPERTIES",
+    "Report",
+    "check",
+    "properties",
+    "run",
+]
 
 MODEL = "the store agrees with a dict model"
 VERBATIM = "strings are kept verbatim"
@@ -90,6 +102,7 @@ PROPERTIES: tuple[str, ...] = (
     *(UNKNOWN, VERBATIM, STEERS, REPLACES, FRESH, ISOLATED, REJECTED, MODEL, READERS),
     *RUN_PROPERTIES,
     FORK,
+    *APPROVAL_PROPERTIES,
 )
 """The names of the properties :func:`run` checks, in the order it checks them."""
 
@@ -179,8 +192,10 @@ def _check(names: Sequence[str], factory: Callable[[], Store], max_examples: int
             settings = hypothesis.settings(settings, phases=(Phase.explicit, Phase.generate))
             threaded = hypothesis.settings(threaded, phases=(Phase.explicit, Phase.generate))
         context = Context(factory(), settings, threaded, token, serial, listing_sessions=listing_sessions)
-        if (name in RUN_PROPERTIES and not isinstance(context.store, RunStore)) or (
-            name == FORK and not isinstance(context.store, ForkStore)
+        if (
+            (name in RUN_PROPERTIES and not isinstance(context.store, RunStore))
+            or (name == FORK and not isinstance(context.store, ForkStore))
+            or (name in APPROVAL_PROPERTIES and not isinstance(context.store, ApprovalStore))
         ):
             skipped.append(name)
             continue
@@ -613,6 +628,7 @@ def _check_steers(context: Context) -> None:
 _CHECKS: dict[str, Callable[[Context], None]] = {
     **RUN_CHECKS,
     **FORK_CHECKS,
+    **APPROVAL_CHECKS,
     MODEL: _check_model,
     VERBATIM: _check_verbatim,
     ISOLATED: _check_ids,
