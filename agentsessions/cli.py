@@ -4,7 +4,8 @@
 
     list [--state STATE]... [--older-than 7d] [--limit N] [--json]
     show ID [--json]               the record, the steers waiting, the transcript
-    steer ID TEXT                  prints the state the steer met: running, or what waits for a run
+    steer ID TEXT [--key K]        prints the state the steer met: running, or what waits for a run;
+                                   with --key, run again it stores nothing more (a retry)
     cancel ID                      asks the run holding ID to stop
     fork ID NEW [--at N]           NEW gets ID's first N messages (all without --at)
     delete ID...                   transcript, steers and record, for each ID
@@ -54,7 +55,8 @@ Exit codes:
      be read; a row that does not decrypt (rekey: sessions that did not, each named)
   3  busy or conflict: import over an existing session without --replace, or over one a
      run holds; fork into an existing id; another run holds the session; rekey left
-     sessions that runs held (run it again)
+     sessions that runs held (run it again); steer --key K where the session holds K for
+     another text (nothing stored)
   4  store error: no driver, unreachable, refused, tables missing, file missing
   5  an unexpected error (a bug): a traceback follows, with passwords masked
 migrate has its own: 0 up to date or migrated, 1 failed, 2 bad usage, 3 the schema is newer
@@ -199,7 +201,7 @@ def _show(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
 
 def _steer(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
     _known(store, args.id)  # a steer for a mistyped id would wait forever for a run nobody starts
-    io.print(store.add_steer(args.id, args.text).value)
+    io.print(store.add_steer(args.id, args.text, key=args.key).value)
     return Exit.OK
 
 
@@ -426,6 +428,7 @@ def parser() -> argparse.ArgumentParser:
     steer = command("steer", _steer, "Leave a steer; prints the state it met (running: the live run takes it).")
     steer.add_argument("id")
     steer.add_argument("text")
+    steer.add_argument("--key", metavar="K", help="a key for this steer: run again with it, nothing more is stored")
     cancel = command("cancel", _cancel, "Ask the run holding a session to stop; exit 1 when none holds it.")
     cancel.add_argument("id")
     fork = command("fork", _fork, "Copy a session's first N messages (all without --at) into a new one.")

@@ -241,7 +241,9 @@ class Runner:
         threading.Thread(target=caller.run, args=(run._execute,), name="agentsessions-run", daemon=True).start()
         return run
 
-    def send(self, spec: Spec, text: str, endpoint: Endpoint, events: EventSink | None = None) -> Run | None:
+    def send(
+        self, spec: Spec, text: str, endpoint: Endpoint, events: EventSink | None = None, *, key: str | None = None
+    ) -> Run | None:
         """Deliver one user message to the spec's session: the one call a chat view needs.
 
         The text goes into the session's store first, after the steers already waiting, so
@@ -256,18 +258,28 @@ class Runner:
         A store with only the seed's four methods keeps no run records: this runner's live
         run of the session takes the text at its next step or as it finishes, and one
         finishing just then leaves it in the store for the next run.
+
+        ``key`` makes the call safe to retry, as a web view retries a request whose answer
+        it lost (see ``session.steer``): the text is stored once per key, and a retry finding
+        it already taken from the store (a run answered it, or is answering it) starts no
+        run. The same key with another text raises :class:`ConflictError`. Keys need a
+        session from :func:`agentsessions.open` over a :class:`RunStore`.
         """
         text = check_steer(text)
         session = spec.session if isinstance(spec, Spec) else None
         if session is None:
             raise ValueError("send needs a Spec with a session: the text goes to that session's conversation")
         # The store before anything else: a run's in-memory box dies with its process.
-        state = session.steer(text)
+        state = session.steer(text) if key is None else _keyed_steer(session, text, key)
         mine = self._live_run_of(session)
         # RUNNING: the holder takes it at its next step or as it releases (the release checks
         # for steers in the same atomic step); one with no step left leaves it to a resumer.
         # None: the store keeps no run records; this runner's live run stands for RUNNING.
         if state is RunState.RUNNING or (state is None and mine is not None):
+            return mine
+        # A keyed text no longer waiting was taken by a run, which answers it: a retry's
+        # new run would answer the transcript's end a second time.
+        if key is not None and isinstance(session, StoreSession) and not session.info().pending_steers:
             return mine
         try:
             return self.start(spec, Resume(), endpoint, events)
@@ -320,6 +332,14 @@ class Runner:
             # shows STALLED until then, and a resumer or the next run takes it).
             keep.let_go()
             raise
+
+
+def _keyed_steer(session: Session, text: str, key: str) -> RunState | None:
+    """``session.steer(text, key=key)``, for the sessions that take a key."""
+    if not isinstance(session, StoreSession):
+        kind = type(session).__name__
+        raise TypeError(f"send(key=...) needs a session from agentsessions.open(id, store), got a {kind}")
+    return session.steer(text, key=key)
 
 
 def _same_session(one: Session | None, other: Session) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import inspect
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -34,6 +35,24 @@ def check_fork_at(at: object, length: int) -> int:
     if not 0 <= at <= length:
         raise ValueError(f"at must be between 0 and the session's length {length}, got {at}")
     return at
+
+
+MAX_STEER_KEY = 255
+"""The most characters a steer key may have: as for session ids, so every store's key column holds one."""
+
+
+def check_steer_key(key: object) -> str | None:
+    """Return ``key`` if it is ``None`` or a non-empty str of at most 255 characters, else raise.
+
+    A steer key is any such string: a request id, a client's message id.
+    """
+    if key is None:
+        return None
+    if not isinstance(key, str):
+        raise TypeError(f"key must be a str (a request's id) or None, got {type(key).__name__}: {key!r:.80}")
+    if not 0 < len(key) <= MAX_STEER_KEY:
+        raise ValueError(f"key must have 1 to {MAX_STEER_KEY} characters, got {len(key)}")
+    return key
 
 
 def check_steer(text: object) -> str:
@@ -81,8 +100,15 @@ class RunStore(Store, Protocol):
     the steer was stored.
     """
 
-    def add_steer(self, session_id: str, text: str) -> RunState:
-        """Leave a steer; the state then: ``RUNNING`` means the live run will take it."""
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
+        """Leave a steer; the state then: ``RUNNING`` means the live run will take it.
+
+        With a ``key`` (a non-empty str of at most 255 characters) the steer is idempotent:
+        a key the session already holds stores nothing, and returns the state when its text
+        was this one, or raises :class:`ConflictError` when it was another. Checking the key
+        and adding the steer are one atomic step. Keys stay while the session lives (taking
+        the steer leaves its key); ``delete`` removes them and a fork does not copy them.
+        """
         ...
 
     def info(self, session_id: str) -> SessionInfo:
@@ -135,6 +161,21 @@ class RunStore(Store, Protocol):
         ...
 
 
+def keeps_steer_keys(store: object) -> bool:
+    """Whether ``store`` keeps steer keys: a :class:`RunStore` whose ``add_steer`` takes ``key``.
+
+    Every store of this library does; a third party's written before keys existed does not,
+    and a keyed steer there is refused rather than stored without its key.
+    """
+    if not isinstance(store, RunStore):
+        return False
+    try:
+        parameters = inspect.signature(store.add_steer).parameters.values()
+    except (TypeError, ValueError):  # a callable whose signature cannot be read
+        return False
+    return any(p.name == "key" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
 @runtime_checkable
 class ForkStore(Protocol):
     """A store that can fork a session: a capability of its own, beside :class:`RunStore`."""
@@ -161,7 +202,7 @@ class Session(Protocol):
         ...
 
     def steer(self, text: str) -> RunState | None:
-        """Leave a steer for the run of this session, wherever it runs."""
+        """Leave a steer for the run of this session, wherever it runs (:class:`StoreSession` also takes a ``key``)."""
         ...
 
     def take_steers(self) -> list[str]:
@@ -188,15 +229,26 @@ class StoreSession:
         """This session's transcript."""
         return self.store.messages(self.id)
 
-    def steer(self, text: str) -> RunState | None:
+    def steer(self, text: str, *, key: str | None = None) -> RunState | None:
         """Leave a steer for the run of this session, wherever it runs.
 
         Returns the session's state at the instant the steer was stored: ``RUNNING`` means
         the live run will take it; anything else means it waits for the next run (start
         one). ``None`` from a store that keeps no run records.
+
+        ``key`` makes the steer safe to retry (a web view that lost the answer to its
+        request sends it again with the same key): a key already stored for this session
+        with the same text stores nothing and returns the state; with another text it raises
+        :class:`ConflictError`. Keys need a :class:`RunStore`: over a store with only the
+        seed's four methods a key is a ``TypeError``, never a steer that is not idempotent.
         """
-        state = self.store.add_steer(self.id, text)
-        return state if isinstance(state, RunState) else None
+        if key is None:
+            state = self.store.add_steer(self.id, text)
+            return state if isinstance(state, RunState) else None
+        store = self._runs("keep steer keys")
+        if not keeps_steer_keys(store):
+            raise TypeError(f"{type(store).__name__} cannot keep steer keys: its add_steer takes no key")
+        return store.add_steer(self.id, text, key=key)
 
     def info(self) -> SessionInfo:
         """This session's record: length, last update, state, holder, lease, pending steers."""
@@ -258,10 +310,10 @@ class StoreSession:
             raise TypeError(f"{type(store).__name__} keeps no approvals (it has no wait, approvals and decide methods)")
         return store
 
-    def _runs(self) -> RunStore:
+    def _runs(self, to: str = "keep run records") -> RunStore:
         if not isinstance(self.store, RunStore):
             kind = type(self.store).__name__
-            raise TypeError(f"{kind} keeps no run records: it implements only agentsessions.Store, not RunStore")
+            raise TypeError(f"{kind} cannot {to}: it implements only agentsessions.Store, not RunStore")
         return self.store
 
     def take_steers(self) -> list[str]:

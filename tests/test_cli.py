@@ -228,6 +228,22 @@ def test_steer_export_import_fork_cancel_delete(backend: Backend, tmp_path: Path
         assert missing.code == Exit.NOT_FOUND and missing.err == "agentsessions: no session 'conv-1'\n", command
 
 
+def test_steer_with_a_key_is_stored_once_and_a_reused_key_is_a_conflict(backend: Backend) -> None:
+    finished_run(backend.store)
+    url = backend.url
+    for _ in range(3):  # a script retrying after it lost the answer
+        steered = cli("--store", url, "steer", "conv-1", "now in French", "--key", "request-7")
+        assert (steered.code, steered.out, steered.err) == (0, "finished\n", "")
+    assert [steer.text for steer in backend.store.peek_steers("conv-1")] == ["now in French"]
+    reused = cli("--store", url, "steer", "conv-1", "now in German", "--key", "request-7")
+    assert reused.code == Exit.CONFLICT and reused.out == ""
+    assert reused.err.startswith("agentsessions: ") and "key 'request-7'" in reused.err
+    assert reused.err.count("\n") == 1  # one line, no traceback
+    empty = cli("--store", url, "steer", "conv-1", "now in German", "--key", "")
+    assert empty.code == Exit.USAGE and "key must have 1 to 255 characters" in empty.err
+    assert [steer.text for steer in backend.store.peek_steers("conv-1")] == ["now in French"]
+
+
 def check_fork(backend: Backend) -> None:
     url = backend.url
     assert isinstance(backend.store, agent.ForkStore)  # all five stores fork

@@ -30,8 +30,8 @@ from agentsessions.runs import (
     superseded,
     utcnow,
 )
-from agentsessions.session import check_fork_at, check_session_id, check_steer
-from agentsessions.stores.kit import arguments
+from agentsessions.session import check_fork_at, check_session_id
+from agentsessions.stores.kit import arguments, steerkeys
 from agentsessions.stores.kit.approvals import check_wait
 
 __all__ = ["MemoryStore"]
@@ -43,6 +43,7 @@ class _Entry:
     lock: threading.Lock = attrs.Factory(threading.Lock)
     messages: tuple[Message, ...] = ()
     steers: list[Steer] = attrs.Factory(list)
+    keys: dict[str, bytes] = attrs.Factory(dict)  # steer key -> digest of its text, kept while the session lives
     updated_at: datetime.datetime | None = None
     run_state: RunState | None = None  # None: never claimed; RUNNING while held (STALLED is derived)
     token: int = 0
@@ -115,13 +116,19 @@ class MemoryStore:
         entry = self._sessions.get(check_session_id(session_id))
         return list(entry.messages) if entry else []
 
-    def add_steer(self, session_id: str, text: str) -> RunState:
-        """Leave a steer for the session's run; returns the session's state as it was stored."""
-        check_session_id(session_id)
-        check_steer(text)
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
+        """Leave a steer for the session's run; returns the session's state as it was stored.
+
+        A ``key`` the session holds stores nothing: the state for the same text, a
+        :class:`ConflictError` for another.
+        """
+        session_id, text, key = arguments.add_steer(session_id, text, key)
         entry = self._locked(session_id)
         try:
-            entry.steers.append(Steer(next(self._seqs), text))
+            if key is None or steerkeys.fresh(entry.keys.get(key), text, session_id, key):
+                if key is not None:
+                    entry.keys[key] = steerkeys.digest(text)
+                entry.steers.append(Steer(next(self._seqs), text))
             return entry.state(utcnow())
         finally:
             entry.lock.release()

@@ -168,6 +168,35 @@ def test_an_empty_database_raises_schema_missing_naming_the_schema_to_run(admin:
         _drop(admin, empty)
 
 
+def test_a_database_made_before_steer_keys_refuses_only_keyed_steers_until_schema_runs_again(admin: Any) -> None:
+    old = _create(admin, tables=False)
+    try:
+        conn = connect(old)
+        with conn.cursor() as cur:
+            for stmt in mysql.SCHEMA:  # an earlier release's SCHEMA: all but the steer keys
+                if "agentsessions_steer_keys" not in stmt:
+                    cur.execute(stmt)
+        conn.commit()
+        store = mysql.MySQLStore(functools.partial(connect, old))
+        assert store.add_steer("s", "plain") is agent.RunState.IDLE
+        with pytest.raises(
+            agent.SchemaMissingError, match=r"run each statement of agentsessions\.stores\.mysql\.SCHEMA"
+        ):
+            store.add_steer("s", "keyed", key="request-1")
+        assert store.take_steers("s") == ["plain"]  # the keyed steer stored nothing
+        assert store.delete("s") is True  # delete still works without the table
+        with conn.cursor() as cur:
+            for stmt in mysql.SCHEMA:  # run again: every statement is idempotent
+                cur.execute(stmt)
+        conn.commit()
+        conn.close()
+        for _ in range(2):
+            assert store.add_steer("s", "keyed", key="request-1") is agent.RunState.IDLE
+        assert store.take_steers("s") == ["keyed"] and store.delete("s") is True
+    finally:
+        _drop(admin, old)
+
+
 def test_a_single_connection_is_refused_with_what_to_pass_instead(database: str) -> None:
     conn = connect(database)
     try:

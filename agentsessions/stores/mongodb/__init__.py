@@ -79,13 +79,13 @@ from agentsessions.runs import (
     superseded,
     utcnow,
 )
-from agentsessions.session import check_fork_at, check_session_id, check_steer
-from agentsessions.stores.kit import arguments
+from agentsessions.session import check_fork_at, check_session_id
+from agentsessions.stores.kit import arguments, steerkeys
 from agentsessions.stores.kit.failures import could_not, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
 from agentsessions.stores.kit.values import micros
-from agentsessions.stores.mongodb import _approvals
+from agentsessions.stores.mongodb import _approvals, _layout
 from agentsessions.stores.mongodb._fork import PrefixCopy, forked, taken
 from agentsessions.stores.mongodb._layout import (
     RUNNING,
@@ -103,7 +103,10 @@ from agentsessions.stores.mongodb._layout import (
     in_states,
     index_key,
     info_of,
+    kept_digest,
+    kept_key,
     key,
+    key_size,
     lease_micros,
     moment,
     next_state,
@@ -145,15 +148,17 @@ PAGE_SIZE = 500
 #   session: {_id, sort (the id's bytes in hex), revision, length, segments: [{epoch, start}],
 #             garbage: [{epoch, start}], updated_at, run_state, token, holder, lease,
 #             lease_expires_at, cancel_requested, steers: [{seq, text: Binary}], steer_seq,
-#             steer_bytes}; absent fields are null, 0, false or empty
+#             steer_bytes, steer_keys: [{k: Binary key, d: Binary SHA-256 of the text}]};
+#             absent fields are null, 0, false or empty
 #   message: {session_id, epoch, position, body}, and when split, `chunks` on the first
 #            piece and `chunk` (1, 2...) on the others
 #   counter: {_id: "tokens", value}
 # A message body is codec JSON as a string, never a sub-document (which would reorder and
 # drop a tool call's duplicate keys), or Binary pieces of that JSON's UTF-8 when split.
 # `garbage` lists what the last save left to delete: the next save deletes it again, in
-# case a crash stopped it. `steer_bytes` sums the pending steers' sizes, to refuse a steer
-# before the document passes 16 MB; `steer_seq` numbers them and changes with each one.
+# case a crash stopped it. `steer_bytes` sums the pending steers' sizes and the kept keys'
+# (which stay after their steers are taken), to refuse a steer before the document passes
+# 16 MB; `steer_seq` numbers the steers and changes with each one.
 
 # What each call sends (session: the session document; messages: its message documents):
 #   save        find_one session; insert_many new messages; update_one session where the
@@ -161,8 +166,9 @@ PAGE_SIZE = 500
 #   save_run    the same, the commit also conditional on the token (and, to release,
 #               on no steer having arrived), pulling the taken steers
 #   messages    find_one session; find the messages of each run; find_one session again
-#   add_steer   find_one_and_update session (a pipeline: push the steer, count it); when
-#               there is no session document, update_one inserting it with the steer
+#   add_steer   find_one_and_update session (a pipeline: push the steer, count it, and keep
+#               its key, the filter requiring the key new); when nothing matched, find_one
+#               session (a retry of a kept key, or no room), or update_one inserting it
 #   take_steers find_one session; update_one session pulling the steers read, if all still there
 #   claim       find_one_and_update counter ($inc); update_one session where not held (upsert)
 #   renew       bulk_write of one update per claim; find the sessions' tokens and cancel flags
@@ -182,6 +188,7 @@ _INFO_FIELDS = dict.fromkeys(
 )  # steers.seq: their count without their text
 _BODY_FIELDS = {"_id": 0, "position": 1, "chunk": 1, "chunks": 1, "body": 1}
 _ORDER = [("updated_at", -1), ("sort", -1)]
+_KEPT_FIELDS = {"steer_bytes": 1, "steer_keys": 1, "run_state": 1, "lease_expires_at": 1}
 _FOREVER = 2**63 - 1  # `updated_at < this` holds for every saved session and no other
 
 
@@ -240,26 +247,34 @@ class MongoStore:
                     return loaded
         raise self._gave_up("read the transcript", session_id, "saves kept changing it while it was read")
 
-    def add_steer(self, session_id: str, text: str) -> RunState:
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
         """Leave a steer for the session's run; returns the session's state as it was stored.
 
-        Raises :class:`StoreError`, storing nothing, when the steers waiting would pass
-        15 MiB: they live in the session's document, which MongoDB limits to 16 MB.
+        A ``key`` the session holds stores nothing: the state for the same text, a
+        :class:`ConflictError` for another. Keys live in the session's document with the
+        steers (one update checks the key and adds both). Raises :class:`StoreError`,
+        storing nothing, when the steers waiting and the keys kept would pass 15 MiB: the
+        document is limited to 16 MB.
         """
-        check_session_id(session_id)
-        data = encode_text(check_steer(text))
-        size = len(data) + STEER_OVERHEAD
+        session_id, text, steer_key = arguments.add_steer(session_id, text, key)
+        data = encode_text(text)
+        kept = None if steer_key is None else kept_key(steer_key, steerkeys.digest(text))
+        size = len(data) + STEER_OVERHEAD + (key_size(kept) if kept is not None else 0)
         if size > STEER_ROOM:
             raise too_many_steers(self.database.name, session_id, size, 0)
-        stored = key(session_id)
+        stored = _layout.key(session_id)  # the parameter hides the layout's key()
         with self._errors("add a steer", session_id):
             for _ in attempts(self._timeout):
-                state = self._push_steer(session_id, stored, Binary(data), size)
+                state = self._push_steer(session_id, stored, Binary(data), size, kept)
                 if state is not None:
                     return state
-                waiting = self._sessions.find_one({"_id": stored}, {"steer_bytes": 1})
-                if waiting is not None and waiting.get("steer_bytes", 0) + size > STEER_ROOM:
-                    raise too_many_steers(self.database.name, session_id, size, waiting["steer_bytes"])
+                doc = self._sessions.find_one({"_id": stored}, _KEPT_FIELDS if kept else {"steer_bytes": 1})
+                if kept is not None and steer_key is not None and doc is not None:
+                    digest = kept_digest(doc, kept)
+                    if digest is not None and not steerkeys.fresh(digest, text, session_id, steer_key):
+                        return derive_state(doc.get("run_state"), moment(doc.get("lease_expires_at")), utcnow())
+                if doc is not None and doc.get("steer_bytes", 0) + size > STEER_ROOM:
+                    raise too_many_steers(self.database.name, session_id, size, doc["steer_bytes"])
         raise self._gave_up("add a steer", session_id, "its document kept being created and deleted")
 
     def take_steers(self, session_id: str) -> list[str]:
@@ -541,10 +556,14 @@ class MongoStore:
 
     # --- Steers and tokens -----------------------------------------------------------------
 
-    def _push_steer(self, session_id: str, stored: object, text: Binary, size: int) -> RunState | None:
-        """Append a steer with the next seq if the steers waiting leave room; the state then, or ``None``."""
-        pipeline = steer_pipeline(session_id, text, size)  # the filter leaves room under the 16 MB limit
-        room = {"_id": stored, "steer_bytes": {"$not": {"$gt": STEER_ROOM - size}}}
+    def _push_steer(
+        self, session_id: str, stored: object, text: Binary, size: int, kept: Mapping[str, Binary] | None
+    ) -> RunState | None:
+        """Append a steer with the next seq if there is room (and its key is new); the state then, or ``None``."""
+        pipeline = steer_pipeline(session_id, text, size, kept)  # the filter leaves room under the 16 MB limit
+        room: dict[str, Any] = {"_id": stored, "steer_bytes": {"$not": {"$gt": STEER_ROOM - size}}}
+        if kept is not None:
+            room["steer_keys.k"] = {"$ne": kept["k"]}  # the key's check and the steer's adding: one update
         doc = self._sessions.find_one_and_update(
             room, pipeline, projection={"run_state": 1, "lease_expires_at": 1}, return_document=ReturnDocument.AFTER
         )

@@ -222,7 +222,7 @@ def index_key(index: Mapping[str, Any]) -> tuple[tuple[tuple[str, Any], ...], bo
 
 RUNNING = RunState.RUNNING.value
 STEER_OVERHEAD = 64  # bytes a steer's seq and field names take in the document, rounded up
-STEER_ROOM = 15 * 1024 * 1024  # pending steers' bytes, under the 16 MB document limit
+STEER_ROOM = 15 * 1024 * 1024  # pending steers' bytes and kept steer keys', under the 16 MB document limit
 
 
 @attrs.frozen
@@ -273,23 +273,38 @@ class RunStep:
         return cls(claim.lease, condition, operators, {}, Progress(cancel, pending))
 
 
-def steer_pipeline(session_id: str, text: Binary, size: int) -> list[Any]:
+def steer_pipeline(session_id: str, text: Binary, size: int, kept: Mapping[str, Binary] | None = None) -> list[Any]:
     """The update that appends a steer of ``size`` bytes to a session document, numbering it.
 
     A pipeline, so the steer carries the seq this same update counts to; it also gives a
-    document it creates its sort key.
+    document it creates its sort key. ``kept`` is a keyed steer's :func:`kept_key` entry,
+    appended to ``steer_keys`` in the same update (its filter makes sure the key is new).
     """
     steer = {"seq": "$steer_seq", "text": {"$literal": text}}
-    return [
-        {"$set": {"steer_seq": {"$add": [{"$ifNull": ["$steer_seq", 0]}, 1]}}},
-        {
-            "$set": {
-                "steers": {"$concatArrays": [{"$ifNull": ["$steers", []]}, [steer]]},
-                "steer_bytes": {"$add": [{"$ifNull": ["$steer_bytes", 0]}, size]},
-                "sort": {"$ifNull": ["$sort", {"$literal": sort_key(session_id)}]},
-            }
-        },
-    ]
+    fields: dict[str, Any] = {
+        "steers": {"$concatArrays": [{"$ifNull": ["$steers", []]}, [steer]]},
+        "steer_bytes": {"$add": [{"$ifNull": ["$steer_bytes", 0]}, size]},
+        "sort": {"$ifNull": ["$sort", {"$literal": sort_key(session_id)}]},
+    }
+    if kept is not None:
+        fields["steer_keys"] = {"$concatArrays": [{"$ifNull": ["$steer_keys", []]}, [{"$literal": dict(kept)}]]}
+    return [{"$set": {"steer_seq": {"$add": [{"$ifNull": ["$steer_seq", 0]}, 1]}}}, {"$set": fields}]
+
+
+def kept_key(key: str, digest: bytes) -> dict[str, Binary]:
+    """A steer key as the session document keeps it in ``steer_keys``: the key and its text's digest."""
+    return {"k": Binary(encode_text(key)), "d": Binary(digest)}
+
+
+def key_size(kept: Mapping[str, Binary]) -> int:
+    """The bytes a kept key adds to ``steer_bytes``: it stays in the document after its steer is taken."""
+    return len(kept["k"]) + len(kept["d"]) + STEER_OVERHEAD
+
+
+def kept_digest(doc: Mapping[str, Any] | None, kept: Mapping[str, Binary]) -> bytes | None:
+    """The digest a session document keeps for ``kept``'s key; ``None`` when it keeps none."""
+    entries = doc.get("steer_keys", ()) if doc is not None else ()
+    return next((bytes(entry["d"]) for entry in entries if bytes(entry["k"]) == bytes(kept["k"])), None)
 
 
 def too_many_steers(store: str, session_id: str, size: int, waiting: int) -> StoreError:

@@ -44,9 +44,9 @@ from agentsessions.codec import decode_text, encode_text
 from agentsessions.errors import ConflictError, SchemaMissingError, StoreError
 from agentsessions.messages import Message
 from agentsessions.runs import UTC, Claim, Progress, Renewal, RunState, SessionInfo, Steer
-from agentsessions.session import check_fork_at, check_session_id, check_steer
+from agentsessions.session import check_fork_at, check_session_id
 from agentsessions.stores.kit import approvals as kit_approvals
-from agentsessions.stores.kit import arguments, values
+from agentsessions.stores.kit import arguments, steerkeys, values
 from agentsessions.stores.kit.approvals import check_wait, decode, encode, pending_count
 from agentsessions.stores.kit.failures import could_not, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
@@ -96,6 +96,11 @@ SCHEMA = [
     value       BIGINT          NOT NULL
 ) ENGINE = InnoDB""",
     "INSERT IGNORE INTO agentsessions_tokens (id, value) VALUES (1, 0)",
+    # A steer's key and the digest of its text, kept while the session lives (taking the
+    # steer leaves it; delete removes it), so a retried steer is stored once.
+    """CREATE TABLE IF NOT EXISTS agentsessions_steer_keys (session_id VARBINARY(1020) NOT NULL,
+steer_key VARBINARY(1020) NOT NULL, digest BINARY(32) NOT NULL, PRIMARY KEY (session_id,
+steer_key))""",
     # The calls of a session's latest wait for approval (agentsessions.approvals), as one JSON
     # text, and how many are undecided; run_state 'waiting' while the session waits.
     """CREATE TABLE IF NOT EXISTS agentsessions_approvals (
@@ -158,6 +163,9 @@ WHERE s.id = %s ORDER BY m.position
 """
 _INSERT_STEER = "INSERT INTO agentsessions_steers (session_id, text) VALUES (%s, %s)"
 _SELECT_STEERS = "SELECT seq, text FROM agentsessions_steers WHERE session_id = %s ORDER BY seq"
+# Read and kept under the record's lock, so two retries of one key queue up and store one steer.
+_SELECT_KEY = "SELECT digest FROM agentsessions_steer_keys WHERE session_id = %s AND steer_key = %s"
+_INSERT_KEY = "INSERT INTO agentsessions_steer_keys (session_id, steer_key, digest) VALUES (%s, %s, %s)"
 # A taker waits for another's locked rows and then finds them deleted, so each steer has
 # one taker. The delete names the rows it read: a range could catch a steer added since.
 _LOCK_STEERS = """
@@ -182,6 +190,7 @@ _CANCEL = "UPDATE agentsessions_sessions SET cancel_requested = TRUE WHERE id = 
 # Record first, then what hangs off it: the order saves lock in, so the two never deadlock.
 _DELETE_SESSION = "DELETE s FROM agentsessions_sessions AS s FORCE INDEX (PRIMARY) WHERE s.id = %s"
 _DELETE_ALL_STEERS = "DELETE s FROM agentsessions_steers AS s FORCE INDEX (PRIMARY) WHERE s.session_id = %s"
+_DELETE_KEYS = "DELETE k FROM agentsessions_steer_keys AS k FORCE INDEX (PRIMARY) WHERE k.session_id = %s"
 _DELETE_APPROVALS = "DELETE a FROM agentsessions_approvals AS a FORCE INDEX (PRIMARY) WHERE a.session_id = %s"
 # Under the record's lock (_LOCK_SESSION), as every write of the session: a claim, a wait and
 # a decision queue up, so each decision reads the approvals the one before it left.
@@ -316,18 +325,22 @@ class MySQLStore:
         bodies = [body for _, body in rows if body is not None]
         return self._known.read(session_id, rows[0][0] if rows else None, bodies)
 
-    def add_steer(self, session_id: str, text: str) -> RunState:
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
         """Leave a steer for the session's run; returns the session's state as it was stored.
 
         The session's row stays locked from reading the state to storing the steer, so a
-        run releasing the session either sees this steer or is seen released.
+        run releasing the session either sees this steer or is seen released. A ``key`` the
+        session holds stores nothing: the state for the same text, a
+        :class:`ConflictError` for another.
         """
-        key, data = encode_text(check_session_id(session_id)), encode_text(check_steer(text))
+        session_id, text, steer_key = arguments.add_steer(session_id, text, key)
+        sid, data = encode_text(session_id), encode_text(text)
         with self._transaction("add a steer", session_id, payload=len(data)) as cur:
-            cur.execute(_CREATE_SESSION, (key, new_revision()))
-            cur.execute(_LOCK_SESSION, (key,))
+            cur.execute(_CREATE_SESSION, (sid, new_revision()))
+            cur.execute(_LOCK_SESSION, (sid,))
             state = _Record.of(cur.fetchone(), session_id).state
-            cur.execute(_INSERT_STEER, (key, data))
+            if steer_key is None or _new_key(cur, sid, session_id, steer_key, text):
+                cur.execute(_INSERT_STEER, (sid, data))
         return state
 
     def take_steers(self, session_id: str) -> list[str]:
@@ -389,6 +402,7 @@ class MySQLStore:
             found: int = cur.execute(_DELETE_SESSION, (key,))
             found += cur.execute(_DELETE_ALL_STEERS, (key,))
             found += cur.execute(_DELETE_MESSAGES_FROM, (key, 0))
+            _delete_keys(cur, key)
             cur.execute(_DELETE_APPROVALS, (key,))  # not counted: a session with approvals has its record
         self._known.forget(session_id)
         return found > 0
@@ -650,6 +664,31 @@ def _write_transcript(
         rows = _rows(plan, key, keep)
     if rows:
         cur.executemany(_INSERT_MESSAGE, rows)
+
+
+def _new_key(cur: Any, key: bytes, session_id: str, steer_key: str, text: str) -> bool:
+    """Keep ``steer_key`` for the session unless it holds it; ``False`` for a retry (see ``steerkeys.fresh``)."""
+    encoded = encode_text(steer_key)
+    cur.execute(_SELECT_KEY, (key, encoded))
+    row = cur.fetchone()
+    if not steerkeys.fresh(row[0] if row else None, text, session_id, steer_key):
+        return False
+    cur.execute(_INSERT_KEY, (key, encoded, steerkeys.digest(text)))
+    return True
+
+
+def _delete_keys(cur: Any, key: bytes) -> None:
+    """Delete the session's steer keys (not counted: a session with keys has its record).
+
+    A database made before steer keys has no table for them, so no keys to delete: delete
+    keeps working there until ``SCHEMA`` is run again (a keyed steer asks for that). MySQL
+    rolls back only the failed statement, not the transaction.
+    """
+    try:
+        cur.execute(_DELETE_KEYS, (key,))
+    except pymysql.err.ProgrammingError as error:
+        if not schema_missing(error):
+            raise
 
 
 def _delete_steers(cur: Any, key: bytes, seqs: list[int]) -> None:

@@ -81,9 +81,9 @@ from agentsessions.runs import (
     superseded,
     utcnow,
 )
-from agentsessions.session import check_fork_at, check_session_id, check_steer
+from agentsessions.session import check_fork_at, check_session_id
 from agentsessions.stores.kit import approvals as kit_approvals
-from agentsessions.stores.kit import arguments, values
+from agentsessions.stores.kit import arguments, steerkeys, values
 from agentsessions.stores.kit.approvals import check_wait, decode, encode, pending_count
 from agentsessions.stores.kit.failures import could_not, first_line, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
@@ -175,6 +175,17 @@ LEFT JOIN agentsessions_messages AS m ON m.session_id = s.id
 WHERE s.id = %s ORDER BY m.position
 """
 _INSERT_STEER = "INSERT INTO agentsessions_steers (session_id, text) VALUES (%s, %s)"
+# A keyed steer: the key is kept, and the steer added, only if the session did not hold the
+# key yet; the next statement reads the digest now kept (this one's, or the earlier one's).
+# Both follow the record's lock, so two retries of one key queue up and store one steer.
+_INSERT_KEYED_STEER = """
+WITH kept AS (
+    INSERT INTO agentsessions_steer_keys (session_id, steer_key, digest) VALUES (%(id)s, %(key)s, %(digest)s)
+    ON CONFLICT (session_id, steer_key) DO NOTHING RETURNING 1
+)
+INSERT INTO agentsessions_steers (session_id, text) SELECT %(id)s, %(text)s WHERE EXISTS (SELECT 1 FROM kept)
+"""
+_SELECT_KEY = "SELECT digest FROM agentsessions_steer_keys WHERE session_id = %s AND steer_key = %s"
 # A row deleted by one transaction is skipped by every other, so each steer has one taker.
 # RETURNING gives rows in no promised order, so each carries its seq to sort by.
 _TAKE_STEERS = "DELETE FROM agentsessions_steers WHERE session_id = %s RETURNING seq, text"
@@ -185,6 +196,7 @@ _DELETE_SESSION = (
     "DELETE FROM agentsessions_sessions WHERE id = %s",
     "DELETE FROM agentsessions_messages WHERE session_id = %s",
     "DELETE FROM agentsessions_steers WHERE session_id = %s",
+    "DELETE FROM agentsessions_steer_keys WHERE session_id = %s",
     "DELETE FROM agentsessions_approvals WHERE session_id = %s",
 )
 # A wait is released by the run holding the session: its token must still be the record's.
@@ -364,15 +376,28 @@ class PostgresStore:
         bodies = [body for _, body in rows if body is not None]
         return self._known.read(session_id, rows[0][0] if rows else None, bodies)
 
-    def add_steer(self, session_id: str, text: str) -> RunState:
-        """Leave a steer for the session's run; returns the session's state as it was stored."""
-        key = encode_text(check_session_id(session_id))
-        check_steer(text)
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
+        """Leave a steer for the session's run; returns the session's state as it was stored.
+
+        A ``key`` the session holds stores nothing: the state for the same text, a
+        :class:`ConflictError` for another (nothing written: a key is only kept with its record).
+        """
+        session_id, text, steer_key = arguments.add_steer(session_id, text, key)
+        sid = encode_text(session_id)
         # The record's lock is held until the steer is in: a run releasing the session
         # either sees this steer or has released before it, and the state returned says which.
+        digest = steerkeys.digest(text) if steer_key is not None else b""
+        kept = None
         with self._transaction("add a steer", session_id) as conn:
-            record = _cursor(conn).execute(_LOCK_SESSION, (key, new_revision()))
-            conn.execute(_INSERT_STEER, (key, encode_text(text)))
+            record = _cursor(conn).execute(_LOCK_SESSION, (sid, new_revision()))
+            if steer_key is None:
+                conn.execute(_INSERT_STEER, (sid, encode_text(text)))
+            else:
+                keyed = {"id": sid, "key": encode_text(steer_key), "digest": digest, "text": encode_text(text)}
+                conn.execute(_INSERT_KEYED_STEER, keyed)
+                kept = _cursor(conn).execute(_SELECT_KEY, (sid, keyed["key"]))
+        if steer_key is not None and kept is not None:
+            steerkeys.fresh(_one(kept)[0], text, session_id, steer_key)  # raises for a key kept for another text
         _, _, run_state, expires, now = _one(record)
         return derive_state(run_state, expires, now)
 

@@ -48,9 +48,9 @@ from agentsessions.runs import (
     superseded,
     unknown_state,
 )
-from agentsessions.session import check_fork_at, check_session_id, check_steer
+from agentsessions.session import check_fork_at, check_session_id
 from agentsessions.stores.kit import approvals as kit_approvals
-from agentsessions.stores.kit import arguments, values
+from agentsessions.stores.kit import arguments, steerkeys, values
 from agentsessions.stores.kit.approvals import check_wait, decode, encode, pending_count
 from agentsessions.stores.kit.failures import translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
@@ -130,6 +130,9 @@ class RedisStore:
     def _steers(self, key: bytes) -> bytes:
         return self._prefix + b"q:" + key
 
+    def _steer_keys(self, key: bytes) -> bytes:
+        return self._prefix + b"k:" + key
+
     # --- Transcripts and steers (the seed's four) ------------------------------------------
 
     def save(self, session_id: str, messages: Sequence[Message]) -> None:
@@ -154,13 +157,20 @@ class RedisStore:
         stored = None if revision is None or revision == b"-" else int(revision)
         return self._known.read(session_id, stored, bodies)
 
-    def add_steer(self, session_id: str, text: str) -> RunState:
-        """Leave a steer for the session's run; returns the session's state as it was stored."""
-        key = encode_text(check_session_id(session_id))
-        check_steer(text)
-        keys = [self._record(key), self._steers(key), self._counters, self._index]
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
+        """Leave a steer for the session's run; returns the session's state as it was stored.
+
+        A ``key`` the session holds stores nothing: the state for the same text, a
+        :class:`ConflictError` for another. The script checks the key and adds the steer.
+        """
+        session_id, text, steer_key = arguments.add_steer(session_id, text, key)
+        sid = encode_text(session_id)
+        keys = [self._record(sid), self._steers(sid), self._counters, self._index, self._steer_keys(sid)]
+        keyed = [b"", b""] if steer_key is None else [encode_text(steer_key), steerkeys.digest(text)]
         with self._errors("add a steer", session_id):
-            stored, expires, now = self._add_steer(keys, [key, encode_text(text), _nonce()])
+            stored, expires, now, conflict = self._add_steer(keys, [sid, encode_text(text), _nonce(), *keyed])
+        if conflict and steer_key is not None:
+            raise steerkeys.conflict(session_id, steer_key)
         return derive_state(_text(stored) or None, _time(expires), values.moment(now))
 
     def take_steers(self, session_id: str) -> list[str]:
@@ -211,7 +221,7 @@ class RedisStore:
     def delete(self, session_id: str) -> bool:
         """Remove transcript, steers and record in one script; ``True`` if the session existed."""
         key = encode_text(check_session_id(session_id))
-        keys = [self._record(key), self._messages(key), self._steers(key), self._index]
+        keys = [self._record(key), self._messages(key), self._steers(key), self._index, self._steer_keys(key)]
         with self._errors("delete", session_id):
             removed = self._delete(keys, [key])
         self._known.forget(session_id)

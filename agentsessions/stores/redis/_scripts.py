@@ -14,6 +14,8 @@ under the store's prefix ``P``; ``<id>`` is the session id's ``encode_text`` byt
 - ``P q:<id>``: the pending steers, a sorted set scored by seq; each member is the seq in
   16 digits, the adding call's 8-byte nonce, then the text: equal texts stay distinct, and
   a member names its seq.
+- ``P k:<id>``: the steer keys kept while the session lives, a hash from each key (its
+  ``encode_text`` bytes) to the SHA-256 of its steer's text.
 - ``P t:<nonce>``: what one ``take_steers`` call took, kept for a minute for its retry.
 - ``P sessions``: every record, a sorted set of score 0 whose members are ``u`` followed by
   the id: by lexicographic order, that is (updated_at, id), which ``sessions()`` pages
@@ -120,25 +122,33 @@ return {1, '0'}
 """
 )
 
-# KEYS: record, steers, counters, index. ARGV: id, text, nonce (8 bytes).
-# Returns {stored state or '', lease expiry or '', now}: the state the steer was stored in.
-# A caller's idempotency key fits beside the nonce: a per-session hash KEYS[5] of key -> seq,
-# HSETNX'd before the ZADD, returning the state without adding when it was already set
-# (and deleted with the session).
+# KEYS: record, steers, counters, index, steer keys. ARGV: id, text, nonce (8 bytes),
+# steer key ('' for none), digest of the text.
+# Returns {stored state or '', lease expiry or '', now, conflict}: the state the steer was
+# stored in, and 1 when the steer key is kept for another text (then nothing was written
+# but the record, which a kept key implies already).
 ADD_STEER = (
     _COMMON
     + """
 ensure(KEYS[1], KEYS[4], ARGV[1])
-local function state()
+local function state(conflict)
   local rec = redis.call('HMGET', KEYS[1], 'st', 'x')
-  return {rec[1] or '', rec[2] or '', int(now_micros())}
+  return {rec[1] or '', rec[2] or '', int(now_micros()), conflict}
+end
+if ARGV[4] ~= '' then
+  local kept = redis.call('HGET', KEYS[5], ARGV[4])
+  if kept then
+    if kept == ARGV[5] then return state(0) end  -- a retry: stores nothing more
+    return state(1)
+  end
 end
 for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
-  if string.sub(member, 17, 24) == ARGV[3] then return state() end  -- this steer, retried
+  if string.sub(member, 17, 24) == ARGV[3] then return state(0) end  -- this steer, retried
 end
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[5], ARGV[4], ARGV[5]) end
 local seq = redis.call('HINCRBY', KEYS[3], 'steers', 1)
 redis.call('ZADD', KEYS[2], seq, string.format('%016d', seq) .. ARGV[3] .. ARGV[2])
-return state()
+return state(0)
 """
 )
 
@@ -172,10 +182,12 @@ return out
 """
 )
 
-# KEYS: record, messages, steers, index. ARGV: id. Returns how many keys went.
+# KEYS: record, messages, steers, index, steer keys. ARGV: id. Returns how many keys went
+# (not counting the steer keys: a session that has them has its record).
 DELETE = """
 local u = redis.call('HGET', KEYS[1], 'u')
 if u then redis.call('ZREM', KEYS[4], u .. ARGV[1]) end
+redis.call('UNLINK', KEYS[5])
 return redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3])  -- a long transcript is freed in the background
 """
 

@@ -47,9 +47,9 @@ from agentsessions.runs import (
     superseded,
     utcnow,
 )
-from agentsessions.session import check_fork_at, check_session_id, check_steer
+from agentsessions.session import check_fork_at, check_session_id
 from agentsessions.stores.kit import approvals as kit_approvals
-from agentsessions.stores.kit import arguments, values
+from agentsessions.stores.kit import arguments, steerkeys, values
 from agentsessions.stores.kit.approvals import check_wait, decode, encode, pending_count
 from agentsessions.stores.kit.failures import translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
@@ -78,6 +78,8 @@ _NEXT_STEER = "UPDATE agentsessions_counters SET steers = steers + 1"
 _INSERT_STEER = """
 INSERT INTO agentsessions_steers (session_id, seq, text) SELECT ?, steers, ? FROM agentsessions_counters
 """
+_SELECT_KEY = "SELECT digest FROM agentsessions_steer_keys WHERE session_id = ? AND steer_key = ?"
+_INSERT_KEY = "INSERT INTO agentsessions_steer_keys (session_id, steer_key, digest) VALUES (?, ?, ?)"
 # RETURNING gives rows in no promised order, so each carries its seq to sort by.
 _TAKE_STEERS = "DELETE FROM agentsessions_steers WHERE session_id = ? RETURNING seq, text"
 _PEEK_STEERS = "SELECT seq, text FROM agentsessions_steers WHERE session_id = ? ORDER BY seq"
@@ -114,6 +116,7 @@ SELECT ?, position, body FROM agentsessions_messages WHERE session_id = ? AND po
 _DELETE_SESSION = (
     "DELETE FROM agentsessions_messages WHERE session_id = ?",
     "DELETE FROM agentsessions_steers WHERE session_id = ?",
+    "DELETE FROM agentsessions_steer_keys WHERE session_id = ?",
     "DELETE FROM agentsessions_sessions WHERE id = ?",
 )
 _DELETE_APPROVALS = "DELETE FROM agentsessions_approvals WHERE session_id = ?"
@@ -213,17 +216,23 @@ class SQLiteStore:
             bodies = db.execute(_SELECT_MESSAGES, (key,)).fetchall()
         return self._known.read(session_id, row[0] if row else None, [body for (body,) in bodies])
 
-    def add_steer(self, session_id: str, text: str) -> RunState:
-        """Leave a steer for the session's run; returns the session's state as it was stored."""
-        key = encode_text(check_session_id(session_id))
-        check_steer(text)
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
+        """Leave a steer for the session's run; returns the session's state as it was stored.
+
+        A ``key`` the session holds stores nothing: the state for the same text, a
+        :class:`ConflictError` for another.
+        """
+        session_id, text, steer_key = arguments.add_steer(session_id, text, key)
+        sid = encode_text(session_id)
         # One transaction with the record's write lock: a run releasing the session either
-        # sees this steer or has released before it, and the state returned says which.
+        # sees this steer or has released before it, and the state returned says which. The
+        # steer key is checked in it too, so two retries of one key store one steer.
         with self._errors("add a steer", session_id), self._transaction() as db:
             now = _now()
-            run_state, expires, _ = _hold(db, key)
-            db.execute(_NEXT_STEER)
-            db.execute(_INSERT_STEER, (key, encode_text(text)))
+            run_state, expires, _ = _hold(db, sid)
+            if steer_key is None or _new_key(db, sid, session_id, steer_key, text):
+                db.execute(_NEXT_STEER)
+                db.execute(_INSERT_STEER, (sid, encode_text(text)))
         return _state(run_state, expires, now, session_id)
 
     def take_steers(self, session_id: str) -> list[str]:
@@ -463,6 +472,16 @@ def _where(states: frozenset[RunState] | None) -> str:
     if states is None:
         return ""
     return " AND (" + (" OR ".join(sorted(_STATE_SQL[state] for state in states)) or "0") + ")"
+
+
+def _new_key(db: sqlite3.Connection, key: bytes, session_id: str, steer_key: str, text: str) -> bool:
+    """Keep ``steer_key`` for the session unless it holds it; ``False`` for a retry (see ``steerkeys.fresh``)."""
+    encoded = encode_text(steer_key)
+    row = db.execute(_SELECT_KEY, (key, encoded)).fetchone()
+    if not steerkeys.fresh(row[0] if row else None, text, session_id, steer_key):
+        return False
+    db.execute(_INSERT_KEY, (key, encoded, steerkeys.digest(text)))
+    return True
 
 
 def _hold(db: sqlite3.Connection, key: bytes) -> tuple[str | None, int | None, bytes | None]:
