@@ -3,6 +3,9 @@
 The library never runs :data:`SCHEMA`: run each statement once per database, in your own
 migrations, and commit (``for stmt in mysql.SCHEMA: cur.execute(stmt)``, then
 ``conn.commit()``). Until then every call raises :class:`~agentsessions.errors.SchemaMissingError`.
+The schema's version is recorded in the table ``agentsessions_schema``; the store reads it
+at its first call and refuses an older one by name: ``agentsessions migrate --store
+mysql://...`` applies :data:`MIGRATIONS` under ``GET_LOCK`` (see ``_schema``).
 
 Each call asks ``connect()`` for a connection, uses it for one transaction and closes it,
 also on errors (a pooled one goes back to its pool), so one store object serves any
@@ -52,8 +55,18 @@ from agentsessions.stores.kit.failures import could_not, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
 from agentsessions.stores.mysql._errors import describe, duplicate_key, explain, lost, schema_missing
+from agentsessions.stores.mysql._schema import (
+    APPROVALS,
+    FIRST_VERSION,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    STEER_KEYS,
+    VERSIONS,
+    MySQLMigrator,
+    checked_version,
+)
 
-__all__ = ["SCHEMA", "MySQLStore"]
+__all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION", "MySQLMigrator", "MySQLStore", "migrator"]
 
 # Every stored value is binary, so nothing depends on the connection's character set or
 # on a collation. Ids (and holders) are the text's UTF-8 (surrogates passed through, 4 bytes
@@ -65,6 +78,8 @@ __all__ = ["SCHEMA", "MySQLStore"]
 # Steers are clustered by session: a locking read that scanned other sessions' rows would
 # wait for, and deadlock with, takers of those sessions.
 SCHEMA = [
+    VERSIONS,
+    FIRST_VERSION,
     """CREATE TABLE IF NOT EXISTS agentsessions_sessions (
     id               VARBINARY(1020) NOT NULL PRIMARY KEY,
     revision         BIGINT          NOT NULL,
@@ -96,19 +111,11 @@ SCHEMA = [
     value       BIGINT          NOT NULL
 ) ENGINE = InnoDB""",
     "INSERT IGNORE INTO agentsessions_tokens (id, value) VALUES (1, 0)",
-    # A steer's key and the digest of its text, kept while the session lives (taking the
-    # steer leaves it; delete removes it), so a retried steer is stored once.
-    """CREATE TABLE IF NOT EXISTS agentsessions_steer_keys (session_id VARBINARY(1020) NOT NULL,
-steer_key VARBINARY(1020) NOT NULL, digest BINARY(32) NOT NULL, PRIMARY KEY (session_id,
-steer_key))""",
-    # The calls of a session's latest wait for approval (agentsessions.approvals), as one JSON
-    # text, and how many are undecided; run_state 'waiting' while the session waits.
-    """CREATE TABLE IF NOT EXISTS agentsessions_approvals (
-    session_id  VARBINARY(1020) NOT NULL PRIMARY KEY,
-    body        LONGBLOB        NOT NULL,
-    pending     INT             NOT NULL
-) ENGINE = InnoDB""",
+    STEER_KEYS,
+    APPROVALS,
 ]
+
+"""This version's whole schema, from nothing, its version row first: run each statement once per database."""
 
 PAGE = 500
 """How many sessions :meth:`MySQLStore.sessions` fetches in one query."""
@@ -294,6 +301,19 @@ class MySQLStore:
             )
         self.connect = connect
         self._known = KnownSessions()
+        self._version: int | None = None  # read at the first call
+
+    def migrator(self) -> MySQLMigrator:
+        """What migrates this store's database (``agentsessions migrate`` drives it); see :func:`migrator`."""
+        return migrator(self.connect)
+
+    def schema_version(self) -> int:
+        """The version of the database's schema, read once at this store object's first call."""
+        if self._version is None:
+            with self._transaction("read the schema version", None, locking=False):
+                pass
+        assert self._version is not None  # the first transaction reads it, or raises
+        return self._version
 
     def __repr__(self) -> str:
         # Never repr(connect): a partial's repr shows every keyword, the password among them.
@@ -402,7 +422,7 @@ class MySQLStore:
             found: int = cur.execute(_DELETE_SESSION, (key,))
             found += cur.execute(_DELETE_ALL_STEERS, (key,))
             found += cur.execute(_DELETE_MESSAGES_FROM, (key, 0))
-            _delete_keys(cur, key)
+            cur.execute(_DELETE_KEYS, (key,))  # not counted: a session with keys has its record
             cur.execute(_DELETE_APPROVALS, (key,))  # not counted: a session with approvals has its record
         self._known.forget(session_id)
         return found > 0
@@ -577,6 +597,9 @@ class MySQLStore:
             self._connection(could_not("MySQL store", action, session_id)) as conn,
             conn.cursor(pymysql.cursors.Cursor) as cur,
         ):
+            if self._version is None:  # once per store object; a race only reads it twice
+                self._version = checked_version(cur, could_not("MySQL store", action, session_id))
+                conn.commit()  # ends the read's implicit transaction, so the next can set its isolation
             if locking:
                 cur.execute(_READ_COMMITTED)
                 conn.begin()
@@ -677,20 +700,6 @@ def _new_key(cur: Any, key: bytes, session_id: str, steer_key: str, text: str) -
     return True
 
 
-def _delete_keys(cur: Any, key: bytes) -> None:
-    """Delete the session's steer keys (not counted: a session with keys has its record).
-
-    A database made before steer keys has no table for them, so no keys to delete: delete
-    keeps working there until ``SCHEMA`` is run again (a keyed steer asks for that). MySQL
-    rolls back only the failed statement, not the transaction.
-    """
-    try:
-        cur.execute(_DELETE_KEYS, (key,))
-    except pymysql.err.ProgrammingError as error:
-        if not schema_missing(error):
-            raise
-
-
 def _delete_steers(cur: Any, key: bytes, seqs: list[int]) -> None:
     if seqs:
         cur.execute(_DELETE_STEERS.format(placeholders=", ".join(["%s"] * len(seqs))), [key, *seqs])
@@ -711,3 +720,8 @@ def _approvals(cur: Any, key: bytes) -> tuple[str | None, int]:
     cur.execute(_SELECT_APPROVALS, (key,))
     row = cur.fetchone()
     return (None, 0) if row is None else (bytes(row[0]).decode("utf-8"), int(row[1]))
+
+
+def migrator(connect: Callable[[], Any]) -> MySQLMigrator:
+    """The :class:`~agentsessions.stores.kit.schema.Migrator` of the database ``connect()``'s connections use."""
+    return MySQLMigrator(connect, SCHEMA)
