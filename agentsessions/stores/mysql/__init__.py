@@ -478,7 +478,7 @@ class MySQLStore:
             if record.state is RunState.WAITING and (undecided := _approvals(cur, key)[1]):
                 raise pending_error(session_id, undecided)
             cur.execute(_CLAIM, (token, holder, lease, lease, key))
-        return Claim(session_id, token, replica, lease)
+        return Claim(session_id, token, replica, lease, took_over=record.state is RunState.STALLED)
 
     def peek_steers(self, session_id: str) -> list[Steer]:
         """The waiting steers, oldest first, left in place."""

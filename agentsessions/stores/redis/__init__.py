@@ -264,7 +264,7 @@ class RedisStore:
             raise busy(session_id, _text(outcome[1]), _time(outcome[2]))
         if outcome[0] == -2:
             raise pending_error(session_id, int(outcome[1]))
-        return Claim(session_id, int(outcome[0]), replica, lease)
+        return Claim(session_id, int(outcome[0]), replica, lease, took_over=outcome[1] == 1)
 
     # --- Approvals --------------------------------------------------------------------------
 
