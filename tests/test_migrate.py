@@ -23,7 +23,7 @@ from tests.support.backends import Opener, store_params
 from tests.support.schema_v1 import record_version, scratch_at, url_of, versions
 
 VERSIONED = ("sqlite", "postgres", "mysql")
-WANTED = 3
+WANTED = 4
 MIGRATED = list(range(2, WANTED + 1))  # the versions a version-1 database is taken through
 ROOT = Path(__file__).resolve().parent.parent
 # The full count: AGENTSESSIONS_CRASH_TRIALS=100 python -m pytest tests/test_migrate.py -k killed -s
@@ -74,8 +74,10 @@ def test_plan_prints_the_steps_and_applies_nothing(kind: str, tmp_path: Path) ->
         done = migrate(url_of(opener), "--plan")
         assert done.returncode == 0, done.stderr
         assert f"schema version 1; this release uses version {WANTED}" in done.stdout
-        assert "to version 2: steer keys" in done.stdout and f"to version {WANTED}: session metadata" in done.stdout
+        assert "to version 2: steer keys" in done.stdout and "to version 3: approvals" in done.stdout
+        assert f"to version {WANTED}: session metadata" in done.stdout
         assert "CREATE TABLE IF NOT EXISTS agentsessions_steer_keys" in done.stdout
+        assert "CREATE TABLE IF NOT EXISTS agentsessions_approvals" in done.stdout
         assert found_version(opener) == 1
 
 

@@ -37,8 +37,8 @@ __all__ = [
     "unlock",
 ]
 
-SCHEMA_VERSION = 3
-"""The version of the schema this release creates and needs (2: steer keys; 3: session metadata)."""
+SCHEMA_VERSION = 4
+"""The version of the schema this release creates and needs (2: steer keys; 3: approvals; 4: session metadata)."""
 
 LOCK = "agentsessions migrate "
 """The start of the ``GET_LOCK`` name every migration takes; the rest is the SHA-1 of the database's name
@@ -60,7 +60,15 @@ STEER_KEYS = """CREATE TABLE IF NOT EXISTS agentsessions_steer_keys (
     PRIMARY KEY (session_id, steer_key)
 ) ENGINE = InnoDB"""
 
-# Version 3: each session's metadata, a row per pair (UTF-8, binary), and an index from a
+# Version 3: the calls of a session's latest wait for approval (agentsessions.approvals), as one
+# JSON text, and how many are undecided; run_state 'waiting' while the session waits.
+APPROVALS = """CREATE TABLE IF NOT EXISTS agentsessions_approvals (
+    session_id  VARBINARY(1020) NOT NULL PRIMARY KEY,
+    body        LONGBLOB        NOT NULL,
+    pending     INT             NOT NULL
+) ENGINE = InnoDB"""
+
+# Version 4: each session's metadata, a row per pair (UTF-8, binary), and an index from a
 # pair to its sessions, so listing one user's sessions reads that user's rows, not every
 # session. The index's key (256 + 1024 + 1020 bytes) fits InnoDB's 3072.
 METADATA = """CREATE TABLE IF NOT EXISTS agentsessions_metadata (
@@ -91,13 +99,18 @@ def _record(version: int) -> str:
     )
 
 
-MIGRATIONS: dict[int, list[str]] = {1: [VERSIONS, STEER_KEYS, _record(2)], 2: [METADATA, _record(3)]}
+MIGRATIONS: dict[int, list[str]] = {
+    1: [VERSIONS, STEER_KEYS, _record(2)],
+    2: [APPROVALS, _record(3)],
+    3: [METADATA, _record(4)],
+}
 """From a version to the statements that bring it to the next, each idempotent on its own (MySQL commits
 DDL implicitly); never run by the library on its own."""
 
 _SUMMARIES = {
     1: "steer keys (table agentsessions_steer_keys) and the schema version table",
-    2: "session metadata (table agentsessions_metadata, indexed by pair)",
+    2: "approvals (table agentsessions_approvals)",
+    3: "session metadata (table agentsessions_metadata, indexed by pair)",
 }
 _CREATE = "create every table (agentsessions.stores.mysql.SCHEMA)"
 _NO_TABLE = 1146  # ER_NO_SUCH_TABLE
