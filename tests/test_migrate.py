@@ -22,7 +22,7 @@ import agentsessions as agent
 from tests.support.backends import Opener, store_params
 from tests.support.schema_v1 import record_version, scratch_at, url_of, versions
 
-VERSIONED = ("sqlite", "postgres")
+VERSIONED = ("sqlite", "postgres", "mysql")
 WANTED = 2
 ROOT = Path(__file__).resolve().parent.parent
 # The full count: AGENTSESSIONS_CRASH_TRIALS=100 python -m pytest tests/test_migrate.py -k killed -s
@@ -101,6 +101,16 @@ def _run_script(opener: Opener, script: str) -> None:
         if kind_of(store) == "PostgresStore":
             with store.pool.connection() as conn:
                 conn.execute(script)
+        elif kind_of(store) == "MySQLStore":  # one statement at a time, as a MySQL client sends them
+            conn = store.connect()
+            try:
+                with conn.cursor() as cur:
+                    body = "".join(line for line in script.splitlines(keepends=True) if not line.startswith("--"))
+                    for statement in filter(None, (s.strip() for s in body.split(";\n"))):
+                        cur.execute(statement.rstrip(";"))
+                conn.commit()
+            finally:
+                conn.close()
         else:
             raise AssertionError(kind_of(store))
 
@@ -184,6 +194,17 @@ def holding_the_lock(opener: Opener) -> Iterator[None]:
                 conn.execute("SELECT pg_advisory_lock(%s)", (LOCK,))
                 yield
                 conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK,))
+        elif kind_of(store) == "MySQLStore":
+            from agentsessions.stores.mysql._schema import lock, unlock
+
+            conn = store.connect()
+            try:
+                with conn.cursor() as cur:
+                    assert lock(cur, 30)
+                    yield
+                    unlock(cur)
+            finally:
+                conn.close()
         else:
             raise AssertionError(kind_of(store))
 

@@ -178,3 +178,20 @@ def test_the_wrapper_over_a_store_without_keys_has_no_keyed_steers() -> None:
         assert not keeps_steer_keys(wrapped)
         with pytest.raises(TypeError, match="cannot keep steer keys"):
             agent.open("chat", wrapped).steer("hello", key="req-1")
+
+
+def test_a_keyed_steer_rekeyed_while_it_waits_is_still_recognised_when_retried() -> None:
+    skip_without("cryptography", extra="crypto")
+    from agentsessions.crypto import Keyring, encrypted, rekey
+
+    inner = MemoryStore()
+    old = Keyring({"k1": Keyring.new_key()}, "k1")
+    encrypted(inner, old).add_steer("chat", "meet at noon", key="req-1")
+    new = old.rotated("k2")
+    rekey(inner, new)  # the waiting steer is now sealed under k2; its key's digest is k1's ciphertext's
+    assert [s.text.split(":")[1] for s in inner.peek_steers("chat")] == ["k2"]
+    store = encrypted(inner, new)
+    assert store.add_steer("chat", "meet at noon", key="req-1") is agent.RunState.FINISHED  # rekey's claim released it
+    with pytest.raises(agent.ConflictError):
+        store.add_steer("chat", "meet at one", key="req-1")
+    assert store.take_steers("chat") == ["meet at noon"]

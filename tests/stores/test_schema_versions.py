@@ -22,7 +22,7 @@ from tests.support.backends import Opener, store_params
 from tests.support.previous_release import run_previous, snapshot
 from tests.support.schema_v1 import record_version, scratch_at, versions
 
-VERSIONED = ("sqlite", "postgres")
+VERSIONED = ("sqlite", "postgres", "mysql")
 """The persistent stores that record a schema version, as tests.support.backends names them."""
 
 WANTED = 2
@@ -190,6 +190,14 @@ def _drop_versions(store: Any) -> None:
     elif kind == "PostgresStore":
         with store.pool.connection() as conn:
             conn.execute("DELETE FROM agentsessions_schema")
+    elif kind == "MySQLStore":
+        conn = store.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("DELETE FROM agentsessions_schema")
+            conn.commit()
+        finally:
+            conn.close()
     else:
         raise AssertionError(kind)
 

@@ -3,6 +3,9 @@
 The library never runs :data:`SCHEMA`: run each statement once per database, in your own
 migrations, and commit (``for stmt in mysql.SCHEMA: cur.execute(stmt)``, then
 ``conn.commit()``). Until then every call raises :class:`~agentsessions.errors.SchemaMissingError`.
+The schema's version is recorded in the table ``agentsessions_schema``; the store reads it
+at its first call and refuses an older one by name: ``agentsessions migrate --store
+mysql://...`` applies :data:`MIGRATIONS` under ``GET_LOCK`` (see ``_schema``).
 
 Each call asks ``connect()`` for a connection, uses it for one transaction and closes it,
 also on errors (a pooled one goes back to its pool), so one store object serves any
@@ -49,8 +52,17 @@ from agentsessions.stores.kit.failures import could_not, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
 from agentsessions.stores.mysql._errors import describe, duplicate_key, explain, lost, schema_missing
+from agentsessions.stores.mysql._schema import (
+    FIRST_VERSION,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    STEER_KEYS,
+    VERSIONS,
+    MySQLMigrator,
+    checked_version,
+)
 
-__all__ = ["SCHEMA", "MySQLStore"]
+__all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION", "MySQLMigrator", "MySQLStore", "migrator"]
 
 # Every stored value is binary, so nothing depends on the connection's character set or
 # on a collation. Ids (and holders) are the text's UTF-8 (surrogates passed through, 4 bytes
@@ -62,6 +74,8 @@ __all__ = ["SCHEMA", "MySQLStore"]
 # Steers are clustered by session: a locking read that scanned other sessions' rows would
 # wait for, and deadlock with, takers of those sessions.
 SCHEMA = [
+    VERSIONS,
+    FIRST_VERSION,
     """CREATE TABLE IF NOT EXISTS agentsessions_sessions (
     id               VARBINARY(1020) NOT NULL PRIMARY KEY,
     revision         BIGINT          NOT NULL,
@@ -93,12 +107,10 @@ SCHEMA = [
     value       BIGINT          NOT NULL
 ) ENGINE = InnoDB""",
     "INSERT IGNORE INTO agentsessions_tokens (id, value) VALUES (1, 0)",
-    # A steer's key and the digest of its text, kept while the session lives (taking the
-    # steer leaves it; delete removes it), so a retried steer is stored once.
-    """CREATE TABLE IF NOT EXISTS agentsessions_steer_keys (session_id VARBINARY(1020) NOT NULL,
-steer_key VARBINARY(1020) NOT NULL, digest BINARY(32) NOT NULL, PRIMARY KEY (session_id,
-steer_key))""",
+    STEER_KEYS,
 ]
+
+"""This version's whole schema, from nothing, its version row first: run each statement once per database."""
 
 PAGE = 500
 """How many sessions :meth:`MySQLStore.sessions` fetches in one query."""
@@ -270,6 +282,19 @@ class MySQLStore:
             )
         self.connect = connect
         self._known = KnownSessions()
+        self._version: int | None = None  # read at the first call
+
+    def migrator(self) -> MySQLMigrator:
+        """What migrates this store's database (``agentsessions migrate`` drives it); see :func:`migrator`."""
+        return migrator(self.connect)
+
+    def schema_version(self) -> int:
+        """The version of the database's schema, read once at this store object's first call."""
+        if self._version is None:
+            with self._transaction("read the schema version", None, locking=False):
+                pass
+        assert self._version is not None  # the first transaction reads it, or raises
+        return self._version
 
     def __repr__(self) -> str:
         # Never repr(connect): a partial's repr shows every keyword, the password among them.
@@ -378,7 +403,7 @@ class MySQLStore:
             found: int = cur.execute(_DELETE_SESSION, (key,))
             found += cur.execute(_DELETE_ALL_STEERS, (key,))
             found += cur.execute(_DELETE_MESSAGES_FROM, (key, 0))
-            _delete_keys(cur, key)
+            cur.execute(_DELETE_KEYS, (key,))  # not counted: a session with keys has its record
         self._known.forget(session_id)
         return found > 0
 
@@ -431,7 +456,7 @@ class MySQLStore:
             if record.state is RunState.RUNNING:
                 raise runs.busy(session_id, record.holder, record.lease_expires_at)
             cur.execute(_CLAIM, (token, holder, lease, lease, key))
-        return Claim(session_id, token, replica, lease)
+        return Claim(session_id, token, replica, lease, took_over=record.state is RunState.STALLED)
 
     def peek_steers(self, session_id: str) -> list[Steer]:
         """The waiting steers, oldest first, left in place."""
@@ -510,6 +535,9 @@ class MySQLStore:
             self._connection(could_not("MySQL store", action, session_id)) as conn,
             conn.cursor(pymysql.cursors.Cursor) as cur,
         ):
+            if self._version is None:  # once per store object; a race only reads it twice
+                self._version = checked_version(cur, could_not("MySQL store", action, session_id))
+                conn.commit()  # ends the read's implicit transaction, so the next can set its isolation
             if locking:
                 cur.execute(_READ_COMMITTED)
                 conn.begin()
@@ -610,20 +638,6 @@ def _new_key(cur: Any, key: bytes, session_id: str, steer_key: str, text: str) -
     return True
 
 
-def _delete_keys(cur: Any, key: bytes) -> None:
-    """Delete the session's steer keys (not counted: a session with keys has its record).
-
-    A database made before steer keys has no table for them, so no keys to delete: delete
-    keeps working there until ``SCHEMA`` is run again (a keyed steer asks for that). MySQL
-    rolls back only the failed statement, not the transaction.
-    """
-    try:
-        cur.execute(_DELETE_KEYS, (key,))
-    except pymysql.err.ProgrammingError as error:
-        if not schema_missing(error):
-            raise
-
-
 def _delete_steers(cur: Any, key: bytes, seqs: list[int]) -> None:
     if seqs:
         cur.execute(_DELETE_STEERS.format(placeholders=", ".join(["%s"] * len(seqs))), [key, *seqs])
@@ -636,3 +650,8 @@ def _info(row: tuple[Any, ...]) -> SessionInfo:
     holder, expires, updated_at = values.text(holder), values.utc(expires), values.utc(updated_at)
     # BOOLEAN is TINYINT: the driver gives 0 or 1.
     return SessionInfo(session_id, length, updated_at, state, holder, expires, pending, bool(cancel))
+
+
+def migrator(connect: Callable[[], Any]) -> MySQLMigrator:
+    """The :class:`~agentsessions.stores.kit.schema.Migrator` of the database ``connect()``'s connections use."""
+    return MySQLMigrator(connect, SCHEMA)

@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from agentsessions.errors import SchemaMissingError, StoreError
+from agentsessions.errors import StoreError
 from agentsessions.stores.kit.schema import VERSION_TABLE, Applied, Step, check_version, plan
 
 __all__ = [
@@ -140,18 +140,8 @@ def checked_version(conn: psycopg.Connection[Any], what: str = "PostgreSQL store
     from the driver's error that said so.
     """
     version, missing = _read(conn)
-    try:
-        return check_version(
-            version,
-            SCHEMA_VERSION,
-            store=what,
-            create="run agentsessions.stores.postgres.SCHEMA once in this database",
-            url="postgresql://...",
-        )
-    except SchemaMissingError as error:
-        if missing is None:
-            raise
-        raise error from missing
+    create = "run agentsessions.stores.postgres.SCHEMA once in this database"
+    return check_version(version, SCHEMA_VERSION, store=what, create=create, url="postgresql://...", missing=missing)
 
 
 def _read(conn: psycopg.Connection[Any]) -> tuple[int | None, psycopg.Error | None]:
