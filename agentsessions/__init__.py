@@ -9,10 +9,12 @@
 Importing this package imports no database driver and no store module.
 """
 
+from agentsessions.approvals import Approval, ApprovalStore, Decision
 from agentsessions.codec import FORMAT_VERSION, dumps, loads
 from agentsessions.endpoint import Endpoint, ModelRequest, ModelResponse, Usage
 from agentsessions.errors import (
     AgentSessionsError,
+    ApprovalPendingError,
     ConflictError,
     DecryptionError,
     EndpointDecodingError,
@@ -43,9 +45,13 @@ __version__ = "0.1.0"
 __all__ = [
     "FORMAT_VERSION",
     "AgentSessionsError",
+    "Approval",
+    "ApprovalPendingError",
+    "ApprovalStore",
     "ConflictError",
     "Content",
     "ContentType",
+    "Decision",
     "DecryptionError",
     "Endpoint",
     "EndpointDecodingError",

@@ -24,7 +24,7 @@ from types import TracebackType
 from agentsessions import events as ev
 from agentsessions import persistence
 from agentsessions.endpoint import Endpoint
-from agentsessions.errors import RunError, RunnerClosedError, SessionBusyError
+from agentsessions.errors import ApprovalPendingError, RunError, RunnerClosedError, SessionBusyError
 from agentsessions.loop import EventSink, ReactLoop, SteerBox
 from agentsessions.messages import Message, check_transcript
 from agentsessions.persistence import Persistence
@@ -160,7 +160,8 @@ class Run:
         leftover = self._box.take(close=True)
         loop = self._loop
         unapplied = loop.unsaved_box + loop.unapplied + leftover
-        return Result(loop.transcript, loop.final_text(), loop.steps, stop_reason, unapplied, loop.usage)
+        approvals = loop.asked if stop_reason == StopReason.APPROVAL_REQUIRED else []
+        return Result(loop.transcript, loop.final_text(), loop.steps, stop_reason, unapplied, loop.usage, approvals)
 
 
 def default_replica() -> str:
@@ -286,6 +287,8 @@ class Runner:
             return self.start(spec, Resume(), endpoint, events)
         except SessionBusyError:
             return None  # another run claimed it since: it takes the stored steer at its first step
+        except ApprovalPendingError:
+            return None  # the session waits for a decision: the run after it takes the stored steer
 
     def _live_run_of(self, session: Session) -> Run | None:
         """This runner's unfinished run of ``session``, if it has one."""

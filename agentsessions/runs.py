@@ -38,7 +38,8 @@ class RunState(enum.StrEnum):
 
     ``IDLE``: no run has held it. ``RUNNING``: a run holds it and its lease is live.
     ``STALLED``: a run held it and its lease ran out (its process died or hangs).
-    ``FINISHED``, ``CANCELLED``, ``FAILED``: how its last run ended.
+    ``FINISHED``, ``CANCELLED``, ``FAILED``: how its last run ended. ``WAITING``: its last
+    run stopped for a person's decision on a tool call (:mod:`agentsessions.approvals`).
     """
 
     IDLE = "idle"
@@ -47,6 +48,7 @@ class RunState(enum.StrEnum):
     FINISHED = "finished"
     CANCELLED = "cancelled"
     FAILED = "failed"
+    WAITING = "waiting"
 
 
 ENDINGS = frozenset({RunState.FINISHED, RunState.CANCELLED, RunState.FAILED})
@@ -65,7 +67,8 @@ class SessionInfo:
     ``length`` is the number of stored messages; ``updated_at`` the last save (aware UTC,
     to the microsecond; ``None`` if never saved). ``holder`` is the replica name of the
     run holding the session, or of the last one that held it. An unknown id is ``IDLE``
-    with length 0.
+    with length 0. ``pending_approvals`` counts the calls of a ``WAITING`` session nobody has
+    decided yet (0 in any other state).
     """
 
     id: str
@@ -76,6 +79,7 @@ class SessionInfo:
     lease_expires_at: datetime.datetime | None = attrs.field(default=None, validator=_aware)
     pending_steers: int = 0
     cancel_requested: bool = False
+    pending_approvals: int = 0
 
 
 @attrs.frozen

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import datetime
 import inspect
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
 
+from agentsessions.approvals import Approval, ApprovalStore, Decision, check_decisions
 from agentsessions.errors import InvalidSessionIdError
 from agentsessions.messages import Message
 from agentsessions.runs import Claim, Progress, Renewal, RunState, SessionInfo, Steer
@@ -277,6 +278,37 @@ class StoreSession:
             raise TypeError(f"{type(self.store).__name__} cannot fork sessions (it has no fork method)")
         self.store.fork(self.id, new_id, at=at)
         return StoreSession(new_id, self.store)
+
+    def approvals(self) -> list[Approval]:
+        """The tool calls this session waits for, decided or not; ``[]`` when it does not wait."""
+        store = self._approvals()
+        if self._runs().info(self.id).state is not RunState.WAITING:
+            return []
+        return store.approvals(self.id)
+
+    def approve(self, call_id: str, *, by: str = "") -> RunState:
+        """Let the waiting call ``call_id`` run; the session's state after (see :meth:`decide`)."""
+        return self.decide({call_id: Decision.approve(by=by)})
+
+    def reject(self, call_id: str, *, reason: str = "", by: str = "") -> RunState:
+        """Refuse the waiting call ``call_id``: the model reads an error result holding ``reason``."""
+        return self.decide({call_id: Decision.reject(reason=reason, by=by)})
+
+    def decide(self, decisions: Mapping[str, Decision]) -> RunState:
+        """Record decisions on waiting calls (call id to :class:`Decision`) in one atomic step, all or none.
+
+        Returns the session's state after it. The same decision again records nothing and
+        returns the state (safe to retry); the other decision on a decided call, or an id
+        that is not waiting, raises :class:`~agentsessions.ConflictError` and records none.
+        Once every call is decided, a run started with ``Resume()`` goes on from the wait.
+        """
+        return self._approvals().decide(self.id, check_decisions(decisions))
+
+    def _approvals(self) -> ApprovalStore:
+        store = self._runs()
+        if not isinstance(store, ApprovalStore):
+            raise TypeError(f"{type(store).__name__} keeps no approvals (it has no wait, approvals and decide methods)")
+        return store
 
     def _runs(self, to: str = "keep run records") -> RunStore:
         if not isinstance(self.store, RunStore):

@@ -9,7 +9,6 @@ its tables made by ``manage.py migrate``), ``mysql`` (a scratch MariaDB database
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +34,6 @@ from django.core.management import call_command
 
 import agentsessions as agent
 from agentsessions.contrib import django as contrib
-from agentsessions.stores import mysql
 from tests.support.backends import scratch_mysql
 
 pytestmark = pytest.mark.server  # PostgreSQL and MariaDB, through Django
@@ -57,9 +55,6 @@ def databases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
         opener = stack.enter_context(
             require_server("MariaDB", lambda: scratch_mysql(MYSQL_HOST, MYSQL_PORT, MYSQL_USER, MYSQL_PASSWORD))
         )
-        # A database whose tables the first migration made before steer keys existed.
-        before_keys = [statement for statement in mysql.SCHEMA if "agentsessions_steer_keys" not in statement]
-        older = stack.enter_context(scratch_mysql(MYSQL_HOST, MYSQL_PORT, MYSQL_USER, MYSQL_PASSWORD, before_keys))
         found = {
             "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(tmp_path_factory.mktemp("db") / "app.db")},
             "pg": {
@@ -74,14 +69,6 @@ def databases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
             "mysql": {
                 "ENGINE": "django.db.backends.mysql",
                 "NAME": opener.args[-1],  # type: ignore[attr-defined]  # the scratch database's name (a partial)
-                "USER": MYSQL_USER,
-                "PASSWORD": MYSQL_PASSWORD,
-                "HOST": MYSQL_HOST,
-                "PORT": str(MYSQL_PORT),
-            },
-            "mysql_older": {
-                "ENGINE": "django.db.backends.mysql",
-                "NAME": older.args[-1],  # type: ignore[attr-defined]
                 "USER": MYSQL_USER,
                 "PASSWORD": MYSQL_PASSWORD,
                 "HOST": MYSQL_HOST,
@@ -118,21 +105,6 @@ def test_mysql_from_settings_through_a_pool_of_its_own(databases: dict[str, Any]
     for n in range(20):  # more calls than the pool has connections: each goes back to the pool
         _round_trip(store, f"mysql-{n}")
     assert len(list(store.sessions())) == 20
-
-
-def test_migrate_adds_the_steer_keys_table_to_a_mysql_database_made_before_them(databases: dict[str, Any]) -> None:
-    import pymysql
-
-    if importlib.util.find_spec("MySQLdb") is None:  # Django's MySQL backend wants mysqlclient: PyMySQL stands in
-        pymysql.install_as_MySQLdb()
-    store = contrib.store("mysql_older")
-    with pytest.raises(agent.SchemaMissingError, match="SCHEMA"):
-        store.add_steer("keyed", "hello", key="request-1")
-    call_command("migrate", "agentsessions", "0001", fake=True, database="mysql_older", verbosity=0)  # applied long ago
-    call_command("migrate", "agentsessions", database="mysql_older", verbosity=0)
-    for _ in range(2):
-        assert store.add_steer("keyed", "hello", key="request-1") is agent.RunState.IDLE
-    assert store.take_steers("keyed") == ["hello"]
 
 
 def test_sqlite_shares_the_projects_file(databases: dict[str, Any], tmp_path: Path) -> None:

@@ -47,8 +47,10 @@ from hypothesis import Phase, example, given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
+from agentsessions.approvals import ApprovalStore
 from agentsessions.messages import Content, Message, Role
 from agentsessions.session import MAX_SESSION_ID, ForkStore, RunStore, Store, keeps_steer_keys
+from agentsessions.testing._storetest_approvals import APPROVAL_CHECKS, APPROVAL_PROPERTIES
 from agentsessions.testing._storetest_arguments import ARGUMENTS
 from agentsessions.testing._storetest_fork import FORK, FORK_CHECKS
 from agentsessions.testing._storetest_keys import KEY_CHECKS, KEYS
@@ -74,7 +76,18 @@ from agentsessions.testing._storetest_support import (
     transcripts,
 )
 
-__all__ = ["ARGUMENTS", "FORK", "KEYS", "PROPERTIES", "RUN_PROPERTIES", "Report", "check", "properties", "run"]
+__all__ = [
+    "APPROVAL_PROPERTIES",
+    "ARGUMENTS",
+    "FORK",
+    "KEYS",
+    "PROPERTIES",
+    "RUN_PROPERTIES",
+    "Report",
+    "check",
+    "properties",
+    "run",
+]
 
 MODEL = "the store agrees with a dict model"
 VERBATIM = "strings are kept verbatim"
@@ -93,6 +106,7 @@ PROPERTIES: tuple[str, ...] = (
     *RUN_PROPERTIES,
     KEYS,
     FORK,
+    *APPROVAL_PROPERTIES,
 )
 """The names of the properties :func:`run` checks, in the order it checks them."""
 
@@ -187,6 +201,7 @@ def _check(names: Sequence[str], factory: Callable[[], Store], max_examples: int
             (name in RUN_PROPERTIES and not isinstance(context.store, RunStore))
             or (name == FORK and not isinstance(context.store, ForkStore))
             or (name == KEYS and not keeps_steer_keys(context.store))
+            or (name in APPROVAL_PROPERTIES and not isinstance(context.store, ApprovalStore))
         ):
             skipped.append(name)
             continue
@@ -620,6 +635,7 @@ _CHECKS: dict[str, Callable[[Context], None]] = {
     **RUN_CHECKS,
     **FORK_CHECKS,
     **KEY_CHECKS,
+    **APPROVAL_CHECKS,
     MODEL: _check_model,
     VERBATIM: _check_verbatim,
     ISOLATED: _check_ids,

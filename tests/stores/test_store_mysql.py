@@ -179,10 +179,12 @@ def test_a_database_made_before_schema_versions_is_refused_by_name_until_migrate
         conn.commit()
         conn.close()
         store = mysql.MySQLStore(functools.partial(connect, old))
-        with pytest.raises(agent.SchemaMissingError, match=r"version 1 .* version 2; run: agentsessions migrate"):
+        with pytest.raises(
+            agent.SchemaMissingError, match=rf"version 1 .* version {mysql.SCHEMA_VERSION}; run: agentsessions migrate"
+        ):
             store.add_steer("s", "keyed", key="request-1")
         applied = store.migrator().apply(wait=30)
-        assert [step.version for step in applied.steps] == [mysql.SCHEMA_VERSION]
+        assert [step.version for step in applied.steps] == list(range(2, mysql.SCHEMA_VERSION + 1))
         store = mysql.MySQLStore(functools.partial(connect, old))  # a new object reads the version again
         for _ in range(2):
             assert store.add_steer("s", "keyed", key="request-1") is agent.RunState.IDLE

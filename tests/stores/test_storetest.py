@@ -428,7 +428,7 @@ def test_memory_store_passes_and_reports_examples() -> None:
 def test_a_store_with_only_the_seed_methods_skips_the_run_properties() -> None:
     assert not isinstance(DictStore(), RunStore)
     report = storetest.run(DictStore, max_examples=2)
-    skipped = (*storetest.RUN_PROPERTIES, storetest.KEYS, storetest.FORK)
+    skipped = (*storetest.RUN_PROPERTIES, storetest.KEYS, storetest.FORK, *storetest.APPROVAL_PROPERTIES)
     assert report.skipped == skipped
     assert tuple(report.examples) == tuple(p for p in storetest.PROPERTIES if p not in skipped)
     assert str(report).endswith(f"({len(skipped)} skipped for capabilities the store lacks)")

@@ -60,6 +60,7 @@ try:
 except ImportError as error:  # pragma: no cover - depends on what is installed
     raise ImportError("agentsessions.stores.mongodb needs pymongo: pip install agentsessions[mongodb]") from error
 
+from agentsessions.approvals import Approval, Decision, pending_error
 from agentsessions.codec import encode_text, load_message
 from agentsessions.errors import SchemaMissingError, StoreError
 from agentsessions.messages import Message
@@ -84,7 +85,7 @@ from agentsessions.stores.kit.failures import could_not, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
 from agentsessions.stores.kit.values import micros
-from agentsessions.stores.mongodb import _layout
+from agentsessions.stores.mongodb import _approvals, _layout
 from agentsessions.stores.mongodb._fork import PrefixCopy, forked, taken
 from agentsessions.stores.mongodb._layout import (
     RUNNING,
@@ -180,7 +181,11 @@ PAGE_SIZE = 500
 
 _RUN_FIELDS = {**STATE_FIELDS, "token": 1, "run_state": 1, "cancel_requested": 1, "steers": 1, "steer_seq": 1}
 _INFO_FIELDS = dict.fromkeys(
-    ("sort", "length", "updated_at", "run_state", "holder", "lease_expires_at", "cancel_requested", "steers.seq"), 1
+    (
+        *("sort", "length", "updated_at", "run_state", "holder", "lease_expires_at", "cancel_requested"),
+        *("steers.seq", "pending_approvals"),
+    ),
+    1,
 )  # steers.seq: their count without their text
 _BODY_FIELDS = {"_id": 0, "position": 1, "chunk": 1, "chunks": 1, "body": 1}
 _ORDER = [("updated_at", -1), ("sort", -1)]
@@ -392,8 +397,9 @@ class MongoStore:
                 lapsed = {"lease_expires_at": {"$not": {"$gt": now}}}  # as derive_state: no lease is no hold
                 # Free: never held or ended (the upsert), or stalled (the second update, apart so
                 # that the claim knows it took over; the rare case pays for it); never a state a
-                # newer version wrote.
-                ended = {"_id": stored, "run_state": {"$in": [None, *sorted(state.value for state in ENDINGS)]}}
+                # newer version wrote. A waiting session is free once every call is decided.
+                done = {"run_state": {"$in": [None, *sorted(state.value for state in ENDINGS)]}}
+                ended = {"_id": stored, "$or": [done, _approvals.FREE_WAIT]}
                 held = {"run_state": RUNNING, "token": token, "holder": key(replica), "lease": lease}
                 held |= {"lease_expires_at": now + lease_micros(lease), "cancel_requested": False}
                 with suppress(DuplicateKeyError):  # the document exists and the filter refused it
@@ -405,7 +411,28 @@ class MongoStore:
                 doc = self._sessions.find_one({"_id": stored}, _INFO_FIELDS)
                 if doc is not None and (info := info_of(session_id, doc, utcnow())).state is RunState.RUNNING:
                     raise busy(session_id, info.holder, info.lease_expires_at)
+                if doc is not None and info.state is RunState.WAITING and info.pending_approvals:
+                    raise pending_error(session_id, info.pending_approvals)
         raise self._gave_up("claim", session_id, "its record kept changing")
+
+    # --- Approvals (the document's fields: see _approvals) -----------------------------------
+
+    def wait(self, claim: Claim, approvals: Sequence[Approval]) -> None:
+        """Release the session held by ``claim`` as ``WAITING`` for ``approvals``, in one conditional update."""
+        with self._errors("wait for approval", getattr(claim, "session_id", None)):
+            _approvals.wait(self._sessions, claim, approvals)
+
+    def approvals(self, session_id: str) -> list[Approval]:
+        """The calls of the session's latest wait, decided or not."""
+        check_session_id(session_id)
+        with self._errors("read the approvals", session_id):
+            return _approvals.approvals(self._sessions, session_id)
+
+    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
+        """Record ``decisions`` on the waiting calls, all or none, in one conditional update; the state after."""
+        check_session_id(session_id)
+        with self._errors("record the decisions", session_id):
+            return _approvals.decide(self._sessions, session_id, decisions)
 
     def peek_steers(self, session_id: str) -> list[Steer]:
         """The waiting steers, oldest first, left in place."""

@@ -342,15 +342,17 @@ def holds(doc: Mapping[str, Any] | None, claim: Claim) -> bool:
 def info_of(session_id: str, doc: Mapping[str, Any], now: datetime.datetime) -> SessionInfo:
     """The record a session document holds, its state derived at ``now``."""
     expires, holder = moment(doc.get("lease_expires_at")), doc.get("holder")
+    state = derive_state(doc.get("run_state"), expires, now, session_id)
     return SessionInfo(
         session_id,
         doc.get("length", 0),
         moment(doc.get("updated_at")),
-        derive_state(doc.get("run_state"), expires, now, session_id),
+        state,
         None if holder is None else text_of(holder),
         expires,
         len(doc.get("steers", ())),
         bool(doc.get("cancel_requested", False)),
+        int(doc.get("pending_approvals", 0)) if state is RunState.WAITING else 0,
     )
 
 

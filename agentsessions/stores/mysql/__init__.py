@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import datetime
 import functools
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -42,17 +42,21 @@ except ImportError as error:  # pragma: no cover - depends on what is installed
     raise ImportError("agentsessions.stores.mysql needs PyMySQL: pip install agentsessions[mysql]") from error
 
 from agentsessions import runs
+from agentsessions.approvals import Approval, Decision, pending_error
 from agentsessions.codec import decode_text, encode_text
 from agentsessions.errors import ConflictError, SchemaMissingError, StoreError
 from agentsessions.messages import Message
 from agentsessions.runs import UTC, Claim, Progress, Renewal, RunState, SessionInfo, Steer
 from agentsessions.session import check_fork_at, check_session_id
+from agentsessions.stores.kit import approvals as kit_approvals
 from agentsessions.stores.kit import arguments, steerkeys, values
+from agentsessions.stores.kit.approvals import check_wait, decode, encode, pending_count
 from agentsessions.stores.kit.failures import could_not, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
 from agentsessions.stores.mysql._errors import describe, duplicate_key, explain, lost, schema_missing
 from agentsessions.stores.mysql._schema import (
+    APPROVALS,
     FIRST_VERSION,
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -108,6 +112,7 @@ SCHEMA = [
 ) ENGINE = InnoDB""",
     "INSERT IGNORE INTO agentsessions_tokens (id, value) VALUES (1, 0)",
     STEER_KEYS,
+    APPROVALS,
 ]
 
 """This version's whole schema, from nothing, its version row first: run each statement once per database."""
@@ -193,6 +198,16 @@ _CANCEL = "UPDATE agentsessions_sessions SET cancel_requested = TRUE WHERE id = 
 _DELETE_SESSION = "DELETE s FROM agentsessions_sessions AS s FORCE INDEX (PRIMARY) WHERE s.id = %s"
 _DELETE_ALL_STEERS = "DELETE s FROM agentsessions_steers AS s FORCE INDEX (PRIMARY) WHERE s.session_id = %s"
 _DELETE_KEYS = "DELETE k FROM agentsessions_steer_keys AS k FORCE INDEX (PRIMARY) WHERE k.session_id = %s"
+_DELETE_APPROVALS = "DELETE a FROM agentsessions_approvals AS a FORCE INDEX (PRIMARY) WHERE a.session_id = %s"
+# Under the record's lock (_LOCK_SESSION), as every write of the session: a claim, a wait and
+# a decision queue up, so each decision reads the approvals the one before it left.
+_WAIT = "UPDATE agentsessions_sessions SET run_state = 'waiting', cancel_requested = FALSE WHERE id = %s"
+_PUT_APPROVALS = """
+INSERT INTO agentsessions_approvals (session_id, body, pending) VALUES (%s, %s, %s)
+ON DUPLICATE KEY UPDATE body = VALUES(body), pending = VALUES(pending)
+"""
+_SELECT_APPROVALS = "SELECT body, pending FROM agentsessions_approvals WHERE session_id = %s"
+_UPDATE_APPROVALS = "UPDATE agentsessions_approvals SET body = %s, pending = %s WHERE session_id = %s"
 # A fork reads the source's length under a shared lock, which every writer of a transcript
 # waits for (save, save_run and delete lock the record first), so the rows it copies are the
 # ones that length counts. The copy's SELECT is a consistent read under READ COMMITTED: it
@@ -222,7 +237,8 @@ SELECT id, token, cancel_requested FROM agentsessions_sessions FORCE INDEX (PRIM
 WHERE id IN ({ids}) AND (id, token) IN ({pairs}) AND run_state = 'running'
 """
 _INFO_COLUMNS = """s.id, s.length, s.updated_at, s.run_state, s.holder, s.lease_expires_at,
-    (SELECT COUNT(*) FROM agentsessions_steers AS t WHERE t.session_id = s.id), s.cancel_requested, UTC_TIMESTAMP(6)"""
+    (SELECT COUNT(*) FROM agentsessions_steers AS t WHERE t.session_id = s.id), s.cancel_requested, UTC_TIMESTAMP(6),
+    (SELECT a.pending FROM agentsessions_approvals AS a WHERE a.session_id = s.id)"""
 _INFO = f"SELECT {_INFO_COLUMNS} FROM agentsessions_sessions AS s WHERE s.id = %s"
 # Keyset pages along the (updated_at, id) index, walked backwards: newest first, never-saved
 # (NULL) last, ties by id. A page starts after the last row of the one before, so a session
@@ -237,7 +253,10 @@ _STATE_SQL = {
     RunState.IDLE: "s.run_state IS NULL",
     RunState.RUNNING: f"(s.run_state = 'running' AND {_LIVE})",
     RunState.STALLED: f"(s.run_state = 'running' AND (s.lease_expires_at IS NULL OR NOT {_LIVE}))",
-    **{state: f"s.run_state = '{state.value}'" for state in (RunState.FINISHED, RunState.CANCELLED, RunState.FAILED)},
+    **{
+        state: f"s.run_state = '{state.value}'"
+        for state in (RunState.FINISHED, RunState.CANCELLED, RunState.FAILED, RunState.WAITING)
+    },
 }
 
 
@@ -404,6 +423,7 @@ class MySQLStore:
             found += cur.execute(_DELETE_ALL_STEERS, (key,))
             found += cur.execute(_DELETE_MESSAGES_FROM, (key, 0))
             cur.execute(_DELETE_KEYS, (key,))  # not counted: a session with keys has its record
+            cur.execute(_DELETE_APPROVALS, (key,))  # not counted: a session with approvals has its record
         self._known.forget(session_id)
         return found > 0
 
@@ -455,6 +475,8 @@ class MySQLStore:
             record = _Record.of(cur.fetchone(), session_id)
             if record.state is RunState.RUNNING:
                 raise runs.busy(session_id, record.holder, record.lease_expires_at)
+            if record.state is RunState.WAITING and (undecided := _approvals(cur, key)[1]):
+                raise pending_error(session_id, undecided)
             cur.execute(_CLAIM, (token, holder, lease, lease, key))
         return Claim(session_id, token, replica, lease, took_over=record.state is RunState.STALLED)
 
@@ -520,6 +542,46 @@ class MySQLStore:
         return Renewal(frozenset(lost), frozenset(cancelling))
 
     # --- Connections, transactions and errors ------------------------------------------------
+
+    # --- Approvals --------------------------------------------------------------------------
+
+    def wait(self, claim: Claim, approvals: Sequence[Approval]) -> None:
+        """Release the session held by ``claim`` as ``WAITING`` for ``approvals``, in one transaction."""
+        calls = check_wait(claim, approvals)
+        key, body = encode_text(claim.session_id), encode(calls).encode("utf-8")
+        with self._transaction("wait for approval", claim.session_id, payload=len(body)) as cur:
+            cur.execute(_LOCK_SESSION, (key,))
+            row = cur.fetchone()
+            if row is None or not _Record.of(row, claim.session_id).holds(claim):
+                raise runs.superseded(claim)
+            cur.execute(_WAIT, (key,))
+            cur.execute(_PUT_APPROVALS, (key, body, pending_count(calls)))
+
+    def approvals(self, session_id: str) -> list[Approval]:
+        """The calls of the session's latest wait, decided or not."""
+        key = encode_text(check_session_id(session_id))
+        with self._transaction("read the approvals", session_id, locking=False) as cur:
+            body, _ = _approvals(cur, key)
+        return decode(body, session_id)
+
+    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
+        """Record ``decisions`` on the waiting calls, all or none, under the record's lock; the state after."""
+        key = encode_text(check_session_id(session_id))
+        with self._transaction("record the decisions", session_id) as cur:
+
+            def read() -> tuple[str | None, datetime.datetime | None, str | None, datetime.datetime]:
+                cur.execute(_LOCK_SESSION, (key,))
+                row = cur.fetchone()
+                if row is None:
+                    return None, None, None, runs.utcnow()
+                _, _, _, stored, _, _, expires, now = row
+                return values.text(stored), values.utc(expires), _approvals(cur, key)[0], values.utc(now)
+
+            def swap(old: str | None, new: str, pending: int) -> bool:
+                cur.execute(_UPDATE_APPROVALS, (new.encode("utf-8"), pending, key))
+                return True  # the record's lock held since read(): nothing came between
+
+            return kit_approvals.decide(session_id, decisions, read=read, swap=swap)
 
     @contextmanager
     def _transaction(
@@ -644,12 +706,20 @@ def _delete_steers(cur: Any, key: bytes, seqs: list[int]) -> None:
 
 
 def _info(row: tuple[Any, ...]) -> SessionInfo:
-    key, length, updated_at, stored, holder, expires, pending, cancel, now = row
+    key, length, updated_at, stored, holder, expires, pending, cancel, now, undecided = row
     session_id = decode_text(key)
     state = runs.derive_state(values.text(stored), values.utc(expires), values.utc(now), session_id)
     holder, expires, updated_at = values.text(holder), values.utc(expires), values.utc(updated_at)
+    waits = (undecided or 0) if state is RunState.WAITING else 0
     # BOOLEAN is TINYINT: the driver gives 0 or 1.
-    return SessionInfo(session_id, length, updated_at, state, holder, expires, pending, bool(cancel))
+    return SessionInfo(session_id, length, updated_at, state, holder, expires, pending, bool(cancel), waits)
+
+
+def _approvals(cur: Any, key: bytes) -> tuple[str | None, int]:
+    """The session's approvals text and undecided count (``None``, 0 without a wait)."""
+    cur.execute(_SELECT_APPROVALS, (key,))
+    row = cur.fetchone()
+    return (None, 0) if row is None else (bytes(row[0]).decode("utf-8"), int(row[1]))
 
 
 def migrator(connect: Callable[[], Any]) -> MySQLMigrator:

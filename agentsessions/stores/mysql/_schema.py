@@ -27,8 +27,8 @@ from agentsessions.stores.mysql._errors import describe, explain
 
 __all__ = ["LOCK", "MIGRATIONS", "SCHEMA_VERSION", "MySQLMigrator", "checked_version", "lock", "read_version", "unlock"]
 
-SCHEMA_VERSION = 2
-"""The version of the schema this release creates and needs (2: steer keys)."""
+SCHEMA_VERSION = 3
+"""The version of the schema this release creates and needs (2: steer keys; 3: approvals)."""
 
 LOCK = "agentsessions migrate "
 """The start of the ``GET_LOCK`` name every migration takes; the rest is the SHA-1 of the database's name
@@ -48,6 +48,14 @@ STEER_KEYS = """CREATE TABLE IF NOT EXISTS agentsessions_steer_keys (
     steer_key   VARBINARY(1020) NOT NULL,
     digest      BINARY(32)      NOT NULL,
     PRIMARY KEY (session_id, steer_key)
+) ENGINE = InnoDB"""
+
+# Version 3: the calls of a session's latest wait for approval (agentsessions.approvals), as one
+# JSON text, and how many are undecided; run_state 'waiting' while the session waits.
+APPROVALS = """CREATE TABLE IF NOT EXISTS agentsessions_approvals (
+    session_id  VARBINARY(1020) NOT NULL PRIMARY KEY,
+    body        LONGBLOB        NOT NULL,
+    pending     INT             NOT NULL
 ) ENGINE = InnoDB"""
 
 _SESSIONS_EXIST = (
@@ -70,11 +78,14 @@ def _record(version: int) -> str:
     )
 
 
-MIGRATIONS: dict[int, list[str]] = {1: [VERSIONS, STEER_KEYS, _record(2)]}
+MIGRATIONS: dict[int, list[str]] = {1: [VERSIONS, STEER_KEYS, _record(2)], 2: [APPROVALS, _record(3)]}
 """From a version to the statements that bring it to the next, each idempotent on its own (MySQL commits
 DDL implicitly); never run by the library on its own."""
 
-_SUMMARIES = {1: "steer keys (table agentsessions_steer_keys) and the schema version table"}
+_SUMMARIES = {
+    1: "steer keys (table agentsessions_steer_keys) and the schema version table",
+    2: "approvals (table agentsessions_approvals)",
+}
 _CREATE = "create every table (agentsessions.stores.mysql.SCHEMA)"
 _NO_TABLE = 1146  # ER_NO_SUCH_TABLE
 _LOCK_SLICE = 5.0  # GET_LOCK waits in slices, each well inside the connection's read_timeout

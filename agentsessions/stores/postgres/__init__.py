@@ -48,7 +48,7 @@ from __future__ import annotations
 import datetime
 import functools
 import time
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from typing import Any
 
@@ -62,6 +62,7 @@ except ImportError as error:  # pragma: no cover - depends on what is installed
         "agentsessions.stores.postgres needs psycopg 3 and psycopg_pool: pip install agentsessions[postgres]"
     ) from error
 
+from agentsessions.approvals import Approval, Decision, pending_error
 from agentsessions.codec import decode_text, encode_text
 from agentsessions.errors import ConflictError, SchemaMissingError, StoreError
 from agentsessions.messages import Message
@@ -78,9 +79,12 @@ from agentsessions.runs import (
     derive_state,
     state_filter,
     superseded,
+    utcnow,
 )
 from agentsessions.session import check_fork_at, check_session_id
+from agentsessions.stores.kit import approvals as kit_approvals
 from agentsessions.stores.kit import arguments, steerkeys, values
+from agentsessions.stores.kit.approvals import check_wait, decode, encode, pending_count
 from agentsessions.stores.kit.failures import could_not, first_line, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
@@ -193,7 +197,32 @@ _DELETE_SESSION = (
     "DELETE FROM agentsessions_messages WHERE session_id = %s",
     "DELETE FROM agentsessions_steers WHERE session_id = %s",
     "DELETE FROM agentsessions_steer_keys WHERE session_id = %s",
+    "DELETE FROM agentsessions_approvals WHERE session_id = %s",
 )
+# A wait is released by the run holding the session: its token must still be the record's.
+_WAIT = """
+UPDATE agentsessions_sessions SET run_state = 'waiting', cancel_requested = false
+WHERE id = %s AND token = %s AND run_state = 'running'
+"""
+# In the same pipelined transaction, after _WAIT: it writes only if _WAIT did.
+_PUT_APPROVALS = """
+INSERT INTO agentsessions_approvals (session_id, body, pending)
+SELECT %(id)s, %(body)s, %(pending)s WHERE EXISTS (
+    SELECT 1 FROM agentsessions_sessions WHERE id = %(id)s AND token = %(token)s AND run_state = 'waiting')
+ON CONFLICT (session_id) DO UPDATE SET body = excluded.body, pending = excluded.pending
+"""
+_SELECT_APPROVALS = "SELECT body FROM agentsessions_approvals WHERE session_id = %s"
+_SELECT_DECIDING = """
+SELECT s.run_state, s.lease_expires_at, a.body, statement_timestamp() FROM agentsessions_sessions AS s
+LEFT JOIN agentsessions_approvals AS a ON a.session_id = s.id WHERE s.id = %s
+"""
+# The swap of kit.approvals.decide: only over the text read, and only while the session waits.
+# The record's lock first, as every write of the session takes it, so a claim and a decision queue.
+_SWAP_APPROVALS = """
+UPDATE agentsessions_approvals AS a SET body = %(new)s, pending = %(pending)s
+FROM (SELECT id FROM agentsessions_sessions WHERE id = %(id)s AND run_state = 'waiting' FOR UPDATE) AS s
+WHERE a.session_id = s.id AND a.body = %(old)s
+"""
 _CANCEL = """
 UPDATE agentsessions_sessions SET cancel_requested = true
 WHERE id = %s AND run_state = 'running' AND lease_expires_at > clock_timestamp()
@@ -210,6 +239,8 @@ SET run_state = 'running', token = excluded.token, holder = excluded.holder, lea
     lease_expires_at = clock_timestamp() + excluded.lease * interval '1 second', cancel_requested = false
 -- Free: never held, ended, or stalled; never a state a newer version wrote (the refusal reads it).
 WHERE s.run_state IS NULL OR s.run_state IN ('finished', 'cancelled', 'failed')
+   OR (s.run_state = 'waiting' AND NOT EXISTS (
+       SELECT 1 FROM agentsessions_approvals AS a WHERE a.session_id = s.id AND a.pending > 0))
    OR (s.run_state = 'running' AND (s.lease_expires_at IS NULL OR s.lease_expires_at <= clock_timestamp()))
 RETURNING s.token
 """
@@ -238,7 +269,11 @@ SELECT source.length, EXISTS (SELECT 1 FROM fork) FROM source
 # The record the claim is about to change, locked until it has: a claim that succeeds where
 # it found 'running' ended a lapsed lease (RETURNING sees only the new row).
 _PRIOR = "SELECT run_state FROM agentsessions_sessions WHERE id = %s FOR UPDATE"
-_HOLDER = "SELECT holder, lease_expires_at, run_state, clock_timestamp() FROM agentsessions_sessions WHERE id = %s"
+_HOLDER = """
+SELECT holder, lease_expires_at, run_state, clock_timestamp(),
+       (SELECT pending FROM agentsessions_approvals WHERE session_id = s.id)
+FROM agentsessions_sessions AS s WHERE id = %s
+"""
 _RENEW = """
 UPDATE agentsessions_sessions AS s SET lease_expires_at = clock_timestamp() + s.lease * interval '1 second'
 FROM unnest(%s::bytea[], %s::bigint[]) AS c(id, token)
@@ -253,7 +288,8 @@ WHERE s.id = %s AND s.token = %s AND s.run_state = 'running'
 RETURNING s.id, s.token, s.cancel_requested
 """
 _RECORD = """s.id, s.length, s.updated_at, s.run_state, s.holder, s.lease_expires_at, s.cancel_requested,
-       (SELECT count(*) FROM agentsessions_steers AS t WHERE t.session_id = s.id), statement_timestamp()"""
+       (SELECT count(*) FROM agentsessions_steers AS t WHERE t.session_id = s.id), statement_timestamp(),
+       (SELECT a.pending FROM agentsessions_approvals AS a WHERE a.session_id = s.id)"""
 _INFO = f"SELECT {_RECORD} FROM agentsessions_sessions AS s WHERE s.id = %(id)s"
 # Keyset pages over the (updated_at, id) index, newest first, never OFFSET. A row value
 # with NULL compares NULL, so never-saved records are walked in a second pass.
@@ -270,7 +306,7 @@ _STATE_SQL = {
     RunState.STALLED: (
         "(s.run_state = 'running' AND (s.lease_expires_at IS NULL OR s.lease_expires_at <= statement_timestamp()))"
     ),
-    **{state: f"s.run_state = '{state.value}'" for state in ENDINGS},
+    **{state: f"s.run_state = '{state.value}'" for state in (*ENDINGS, RunState.WAITING)},
 }
 
 _Connection = psycopg.Connection[Any]
@@ -436,8 +472,9 @@ class PostgresStore:
             holder = _cursor(conn).execute(_HOLDER, (key,))
         token = claimed.fetchone()
         if token is None:
-            held_by, expires, run_state, now = _one(holder)
-            derive_state(run_state, expires, now, session_id)  # a newer version's state: a FormatError
+            held_by, expires, run_state, now, undecided = _one(holder)
+            if derive_state(run_state, expires, now, session_id) is RunState.WAITING:  # a newer state: FormatError
+                raise pending_error(session_id, undecided or 0)
             raise busy(session_id, values.text(held_by), values.utc(expires))
         found = prior.fetchone()
         return Claim(session_id, token[0], replica, lease, took_over=found is not None and found[0] == "running")
@@ -511,6 +548,45 @@ class PostgresStore:
         with self._transaction("list the sessions") as conn:
             cur = _cursor(conn).execute(query, bound or first)
         return cur.fetchall(), _info
+
+    # --- Approvals --------------------------------------------------------------------------
+
+    def wait(self, claim: Claim, approvals: Sequence[Approval]) -> None:
+        """Release the session held by ``claim`` as ``WAITING`` for ``approvals``, in one transaction."""
+        calls = check_wait(claim, approvals)
+        key = encode_text(claim.session_id)
+        params = {"id": key, "token": claim.token, "body": encode(calls), "pending": pending_count(calls)}
+        with self._transaction("wait for approval", claim.session_id) as conn:
+            waited = _cursor(conn).execute(_WAIT, (key, claim.token))
+            conn.execute(_PUT_APPROVALS, params)
+        if waited.rowcount == 0:
+            raise superseded(claim)
+
+    def approvals(self, session_id: str) -> list[Approval]:
+        """The calls of the session's latest wait, decided or not."""
+        key = encode_text(check_session_id(session_id))
+        with self._transaction("read the approvals", session_id) as conn:
+            cur = _cursor(conn).execute(_SELECT_APPROVALS, (key,))
+        row = cur.fetchone()
+        return decode(row[0] if row else None, session_id)
+
+    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
+        """Record ``decisions`` on the waiting calls, all or none, in one conditional write; the state after."""
+        key = encode_text(check_session_id(session_id))
+
+        def read() -> tuple[str | None, datetime.datetime | None, str | None, datetime.datetime]:
+            with self._transaction("read the approvals", session_id) as conn:
+                cur = _cursor(conn).execute(_SELECT_DECIDING, (key,))
+            row = cur.fetchone()
+            return (row[0], row[1], row[2], row[3]) if row else (None, None, None, utcnow())
+
+        def swap(old: str | None, new: str, pending: int) -> bool:
+            params = {"new": new, "pending": pending, "id": key, "old": old}
+            with self._transaction("record the decisions", session_id) as conn:
+                cur = _cursor(conn).execute(_SWAP_APPROVALS, params)
+            return cur.rowcount > 0
+
+        return kit_approvals.decide(session_id, decisions, read=read, swap=swap)
 
     @contextmanager
     def _transaction(self, action: str, session_id: str | None = None) -> Iterator[_Connection]:
@@ -639,11 +715,12 @@ def _one(cur: psycopg.Cursor[tuple[Any, ...]]) -> tuple[Any, ...]:
 
 
 def _info(row: tuple[Any, ...]) -> SessionInfo:
-    key, length, updated, run_state, holder, expires, cancel, pending, now = row
+    key, length, updated, run_state, holder, expires, cancel, pending, now, undecided = row
     session_id = decode_text(key)
     state = derive_state(run_state, expires, now, session_id)
+    waits = (undecided or 0) if state is RunState.WAITING else 0
     return SessionInfo(
-        session_id, length, values.utc(updated), state, values.text(holder), values.utc(expires), pending, cancel
+        session_id, length, values.utc(updated), state, values.text(holder), values.utc(expires), pending, cancel, waits
     )
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime
 import functools
 import secrets
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -30,6 +30,7 @@ try:
 except ImportError as error:  # pragma: no cover - depends on what is installed
     raise ImportError("agentsessions.stores.redis needs redis (redis-py): pip install agentsessions[redis]") from error
 
+from agentsessions.approvals import Approval, Decision, pending_error
 from agentsessions.codec import decode_text, dump_message, encode_text
 from agentsessions.errors import ConflictError
 from agentsessions.messages import Message
@@ -48,7 +49,9 @@ from agentsessions.runs import (
     unknown_state,
 )
 from agentsessions.session import check_fork_at, check_session_id
+from agentsessions.stores.kit import approvals as kit_approvals
 from agentsessions.stores.kit import arguments, steerkeys, values
+from agentsessions.stores.kit.approvals import check_wait, decode, encode, pending_count
 from agentsessions.stores.kit.failures import translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
@@ -106,6 +109,7 @@ class RedisStore:
             register(scripts.CANCEL),
         )
         self._fork, self._claim, self._renew = register(scripts.FORK), register(scripts.CLAIM), register(scripts.RENEW)
+        self._wait, self._decide = register(scripts.WAIT), register(scripts.DECIDE)
 
     def __repr__(self) -> str:
         # Host, port and db only: the connection's keyword arguments also hold the password.
@@ -183,7 +187,7 @@ class RedisStore:
         key = encode_text(check_session_id(session_id))
         with self._errors("read the record", session_id):
             pipe = self.client.pipeline(transaction=True)
-            pipe.hmget(self._record(key), ["u", "st", "h", "x", "c"])
+            pipe.hmget(self._record(key), ["u", "st", "h", "x", "c", "pa"])
             pipe.llen(self._messages(key))
             pipe.zcard(self._steers(key))
             pipe.time()
@@ -258,7 +262,45 @@ class RedisStore:
             raise unknown_state(_text(outcome[1]) or "", session_id)
         if outcome[0] == 0:
             raise busy(session_id, _text(outcome[1]), _time(outcome[2]))
+        if outcome[0] == -2:
+            raise pending_error(session_id, int(outcome[1]))
         return Claim(session_id, int(outcome[0]), replica, lease, took_over=outcome[1] == 1)
+
+    # --- Approvals --------------------------------------------------------------------------
+
+    def wait(self, claim: Claim, approvals: Sequence[Approval]) -> None:
+        """Release the session held by ``claim`` as ``WAITING`` for ``approvals``, in one script."""
+        calls = check_wait(claim, approvals)
+        key = encode_text(claim.session_id)
+        with self._errors("wait for approval", claim.session_id):
+            waited = self._wait([self._record(key)], [claim.token, encode(calls), pending_count(calls)])
+        if not waited:
+            raise superseded(claim)
+
+    def approvals(self, session_id: str) -> list[Approval]:
+        """The calls of the session's latest wait, decided or not."""
+        key = encode_text(check_session_id(session_id))
+        with self._errors("read the approvals", session_id):
+            text = self.client.hget(self._record(key), "ap")
+        return decode(None if text is None else bytes(text).decode("utf-8"), session_id)  # type: ignore[arg-type]
+
+    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
+        """Record ``decisions`` on the waiting calls, all or none, in one conditional script; the state after."""
+        record = self._record(encode_text(check_session_id(session_id)))
+
+        def read() -> tuple[str | None, datetime.datetime | None, str | None, datetime.datetime]:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hmget(record, ["st", "x", "ap"])
+            pipe.time()
+            (stored, expires, text), (seconds, micros) = pipe.execute()
+            body = None if text is None else bytes(text).decode("utf-8")
+            return _text(stored) or None, _time(expires), body, values.moment(seconds * 10**6 + micros)
+
+        def swap(old: str | None, new: str, pending: int) -> bool:
+            return bool(self._decide([record], [old or "", new, pending]))
+
+        with self._errors("record the decisions", session_id):
+            return kit_approvals.decide(session_id, decisions, read=read, swap=swap)
 
     def peek_steers(self, session_id: str) -> list[Steer]:
         """The waiting steers, oldest first, left in place."""
@@ -370,16 +412,18 @@ def _tail(plan: SavePlan, known: int | None, revision: int) -> list[Any]:
 
 
 def _info(session_id: str, stamp: bytes, fields: Sequence[bytes], length: int, pending: int, now: int) -> SessionInfo:
-    stored, holder, expires, cancel = fields
+    stored, holder, expires, cancel, undecided = fields
+    state = derive_state(_text(stored) or None, _time(expires), values.moment(now), session_id)
     return SessionInfo(
         session_id,
         length,
         None if stamp == _NEVER else values.moment(stamp),
-        derive_state(_text(stored) or None, _time(expires), values.moment(now), session_id),
+        state,
         _text(holder) if stored else None,
         _time(expires),
         pending,
         cancel == b"1",
+        int(undecided or 0) if state is RunState.WAITING else 0,
     )
 
 

@@ -9,7 +9,9 @@ under the store's prefix ``P``; ``<id>`` is the session id's ``encode_text`` byt
   until the first save), ``st`` the run state (absent until the first claim), ``tok`` the
   fencing token, ``h`` the holder, ``lm`` the lease in microseconds, ``x`` when the lease
   expires (microseconds), ``c`` ``1`` when a cancel was asked, ``n`` the nonce of the claim
-  that made the token, ``o`` ``1`` when that claim took over a lapsed lease (for its retry).
+  that made the token, ``o`` ``1`` when that claim took over a lapsed lease (for its retry),
+  ``ap`` the calls of the latest wait for approval (``agentsessions.approvals``' JSON text)
+  and ``pa`` how many are undecided.
 - ``P m:<id>``: the transcript, a list of ``dump_message`` bodies, one per message.
 - ``P q:<id>``: the pending steers, a sorted set scored by seq; each member is the seq in
   16 digits, the adding call's 8-byte nonce, then the text: equal texts stay distinct, and
@@ -166,7 +168,7 @@ return taken
 """
 
 # KEYS: index. ARGV: max bound, min bound, page size, prefix.
-# Returns {now, {member, u, st, h, x, c, length, pending}...}, newest first.
+# Returns {now, {member, st, h, x, c, pa, length, pending}...}, newest first.
 PAGE = (
     _COMMON
     + """
@@ -174,8 +176,8 @@ local members = redis.call('ZRANGE', KEYS[1], ARGV[1], ARGV[2], 'BYLEX', 'REV', 
 local out = {int(now_micros())}
 for _, member in ipairs(members) do
   local id = string.sub(member, 17)
-  local r = redis.call('HMGET', ARGV[4] .. 's:' .. id, 'st', 'h', 'x', 'c')
-  out[#out + 1] = {member, r[1] or '', r[2] or '', r[3] or '', r[4] or '',
+  local r = redis.call('HMGET', ARGV[4] .. 's:' .. id, 'st', 'h', 'x', 'c', 'pa')
+  out[#out + 1] = {member, r[1] or '', r[2] or '', r[3] or '', r[4] or '', r[5] or '',
                    redis.call('LLEN', ARGV[4] .. 'm:' .. id), redis.call('ZCARD', ARGV[4] .. 'q:' .. id)}
 end
 return out
@@ -230,15 +232,17 @@ return {1}
 
 # KEYS: record, counters, index. ARGV: id, replica, lease in microseconds, nonce.
 # Returns {token, 1 if it took over a lapsed lease else 0}, {0, holder, lease expiry} when a
-# live lease holds it, or {-1, state} for a state a newer version wrote (never taken over).
+# live lease holds it, {-1, state} for a state a newer version wrote (never taken over), or
+# {-2, undecided} while it waits for a decision.
 CLAIM = (
     _COMMON
     + """
 ensure(KEYS[1], KEYS[3], ARGV[1])
-local r = redis.call('HMGET', KEYS[1], 'st', 'x', 'h', 'n', 'tok', 'o')
+local r = redis.call('HMGET', KEYS[1], 'st', 'x', 'h', 'n', 'tok', 'o', 'pa')
 if r[1] == 'running' and r[4] == ARGV[4] then return {tonumber(r[5]), tonumber(r[6] or '0')} end  -- retried
-local known = {running = true, finished = true, cancelled = true, failed = true}
+local known = {running = true, finished = true, cancelled = true, failed = true, waiting = true}
 if r[1] and not known[r[1]] then return {-1, r[1]} end
+if r[1] == 'waiting' and r[7] ~= '0' then return {-2, r[7]} end  -- a call waits for a decision
 local now = now_micros()
 if r[1] == 'running' and tonumber(r[2]) > now then return {0, r[3], r[2]} end
 local token = redis.call('HINCRBY', KEYS[2], 'tokens', 1)
@@ -248,6 +252,27 @@ redis.call('HSET', KEYS[1], 'st', 'running', 'tok', token, 'h', ARGV[2], 'lm', A
 return {token, took}
 """
 )
+
+# KEYS: record. ARGV: token, approvals text, undecided count. Returns 1 when the run holding
+# the claim released the session waiting (also when retried), 0 (nothing written) when superseded.
+WAIT = """
+local r = redis.call('HMGET', KEYS[1], 'tok', 'st', 'ap')
+if r[1] == ARGV[1] and r[2] == 'waiting' and r[3] == ARGV[2] then return 1 end  -- this wait, retried
+if r[1] ~= ARGV[1] or r[2] ~= 'running' then return 0 end
+redis.call('HSET', KEYS[1], 'st', 'waiting', 'c', '0', 'ap', ARGV[2], 'pa', ARGV[3])
+return 1
+"""
+
+# KEYS: record. ARGV: the approvals text read ('' for none), the new text, undecided count.
+# Returns 1 when it swapped (or a retry finds its own text), 0 when the session no longer
+# waits or another decision came since the read: kit.approvals.decide reads again.
+DECIDE = """
+local r = redis.call('HMGET', KEYS[1], 'st', 'ap')
+if r[2] == ARGV[2] then return 1 end  -- this decision, retried after its reply was lost
+if r[1] ~= 'waiting' or (r[2] or '') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'ap', ARGV[2], 'pa', ARGV[3])
+return 1
+"""
 
 # KEYS: the claims' records. ARGV: their tokens. Returns per claim 0 (lost), 1 (renewed) or
 # 2 (renewed, and asked to cancel).

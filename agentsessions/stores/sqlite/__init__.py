@@ -23,11 +23,12 @@ import functools
 import os
 import sqlite3
 import threading
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from agentsessions.approvals import Approval, Decision, pending_error
 from agentsessions.codec import decode_text, encode_text
 from agentsessions.errors import ConflictError
 from agentsessions.messages import Message
@@ -47,7 +48,9 @@ from agentsessions.runs import (
     utcnow,
 )
 from agentsessions.session import check_fork_at, check_session_id
+from agentsessions.stores.kit import approvals as kit_approvals
 from agentsessions.stores.kit import arguments, steerkeys, values
+from agentsessions.stores.kit.approvals import check_wait, decode, encode, pending_count
 from agentsessions.stores.kit.failures import translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
@@ -116,8 +119,31 @@ _DELETE_SESSION = (
     "DELETE FROM agentsessions_steer_keys WHERE session_id = ?",
     "DELETE FROM agentsessions_sessions WHERE id = ?",
 )
+_DELETE_APPROVALS = "DELETE FROM agentsessions_approvals WHERE session_id = ?"
+# A wait is released by the run holding the session: its token must still be the record's.
+_WAIT = """
+UPDATE agentsessions_sessions SET run_state = 'waiting', cancel_requested = 0
+WHERE id = ? AND token = ? AND run_state = 'running'
+"""
+_PUT_APPROVALS = """
+INSERT INTO agentsessions_approvals (session_id, body, pending) VALUES (?, ?, ?)
+ON CONFLICT (session_id) DO UPDATE SET body = excluded.body, pending = excluded.pending
+"""
+_SELECT_APPROVALS = "SELECT body FROM agentsessions_approvals WHERE session_id = ?"
+_SELECT_DECIDING = """
+SELECT s.run_state, s.lease_expires_at, a.body FROM agentsessions_sessions AS s
+LEFT JOIN agentsessions_approvals AS a ON a.session_id = s.id WHERE s.id = ?
+"""
+# The swap of kit.approvals.decide: only over the text read, and only while the session waits.
+_SWAP_APPROVALS = """
+UPDATE agentsessions_approvals SET body = ?, pending = ?
+WHERE session_id = ? AND body = ?
+  AND EXISTS (SELECT 1 FROM agentsessions_sessions WHERE id = ? AND run_state = 'waiting')
+"""
+_PENDING = "SELECT pending FROM agentsessions_approvals WHERE session_id = ?"
 _INFO_COLUMNS = """id, length, updated_at, run_state, holder, lease_expires_at, cancel_requested,
-       (SELECT count(*) FROM agentsessions_steers WHERE session_id = s.id)"""
+       (SELECT count(*) FROM agentsessions_steers WHERE session_id = s.id),
+       (SELECT pending FROM agentsessions_approvals WHERE session_id = s.id)"""
 _INFO = f"SELECT {_INFO_COLUMNS} FROM agentsessions_sessions AS s WHERE id = ?"
 # Keyset pages over the (updated_at, id) index, newest first; SQLite sorts NULL lowest, so
 # never-saved records come last, walked in a second pass (a row value with NULL compares NULL).
@@ -133,7 +159,7 @@ _STATE_SQL = {
     RunState.IDLE: "run_state IS NULL",
     RunState.RUNNING: "(run_state = 'running' AND lease_expires_at > :now)",
     RunState.STALLED: "(run_state = 'running' AND (lease_expires_at IS NULL OR lease_expires_at <= :now))",
-    **{state: f"run_state = '{state.value}'" for state in ENDINGS},
+    **{state: f"run_state = '{state.value}'" for state in (*ENDINGS, RunState.WAITING)},
 }
 
 
@@ -238,6 +264,7 @@ class SQLiteStore:
         key = encode_text(check_session_id(session_id))
         with self._errors("delete", session_id), self._transaction() as db:
             removed = sum(db.execute(sql, (key,)).rowcount for sql in _DELETE_SESSION)
+            db.execute(_DELETE_APPROVALS, (key,))  # not counted: a session with approvals has its record
         self._known.forget(session_id)
         return removed > 0
 
@@ -271,6 +298,8 @@ class SQLiteStore:
             state = _state(run_state, expires, now, session_id)
             if state is RunState.RUNNING:
                 raise busy(session_id, values.text(holder), _datetime(expires))
+            if run_state == RunState.WAITING and (pending := db.execute(_PENDING, (key,)).fetchone()) and pending[0]:
+                raise pending_error(session_id, pending[0])
             [(token,)] = db.execute(_NEXT_TOKEN).fetchall()
             db.execute(_CLAIM, (token, encode_text(replica), lease, now + values.span(lease), key))
         return Claim(session_id, token, replica, lease, took_over=state is RunState.STALLED)
@@ -325,6 +354,40 @@ class SQLiteStore:
                 elif rows[0][0]:
                     cancelling.add(claim)
         return Renewal(frozenset(lost), frozenset(cancelling))
+
+    # --- Approvals --------------------------------------------------------------------------
+
+    def wait(self, claim: Claim, approvals: Sequence[Approval]) -> None:
+        """Release the session held by ``claim`` as ``WAITING`` for ``approvals``, in one transaction."""
+        calls = check_wait(claim, approvals)
+        key = encode_text(claim.session_id)
+        with self._errors("wait for approval", claim.session_id), self._transaction() as db:
+            if db.execute(_WAIT, (key, claim.token)).rowcount == 0:
+                raise superseded(claim)
+            db.execute(_PUT_APPROVALS, (key, encode(calls), pending_count(calls)))
+
+    def approvals(self, session_id: str) -> list[Approval]:
+        """The calls of the session's latest wait, decided or not."""
+        key = encode_text(check_session_id(session_id))
+        with self._errors("read the approvals", session_id):
+            row = self._connection().execute(_SELECT_APPROVALS, (key,)).fetchone()
+        return decode(row[0] if row else None, session_id)
+
+    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
+        """Record ``decisions`` on the waiting calls, all or none, in one conditional write; the state after."""
+        key = encode_text(check_session_id(session_id))
+
+        def read() -> tuple[str | None, datetime.datetime | None, str | None, datetime.datetime]:
+            now = _now()
+            row = self._connection().execute(_SELECT_DECIDING, (key,)).fetchone()
+            run_state, expires, body = row if row else (None, None, None)
+            return run_state, _datetime(expires), body, values.moment(now)
+
+        def swap(old: str | None, new: str, pending: int) -> bool:
+            return self._connection().execute(_SWAP_APPROVALS, (new, pending, key, old, key)).rowcount > 0
+
+        with self._errors("record the decisions", session_id):
+            return kit_approvals.decide(session_id, decisions, read=read, swap=swap)
 
     # --- Connections and transactions ------------------------------------------------------
 
@@ -430,7 +493,7 @@ def _hold(db: sqlite3.Connection, key: bytes) -> tuple[str | None, int | None, b
 
 
 def _info(row: Sequence[Any], now: int) -> SessionInfo:
-    key, length, updated, run_state, holder, expires, cancel, pending = row
+    key, length, updated, run_state, holder, expires, cancel, pending, undecided = row
     session_id = decode_text(key)
     return SessionInfo(
         session_id,
@@ -441,6 +504,7 @@ def _info(row: Sequence[Any], now: int) -> SessionInfo:
         _datetime(expires),
         pending,
         bool(cancel),
+        (undecided or 0) if run_state == RunState.WAITING else 0,
     )
 
 
