@@ -7,7 +7,6 @@ real subprocess. Sessions are made by real runs (``Runner`` with a ``ScriptedEnd
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import subprocess
@@ -22,7 +21,7 @@ import attrs
 import pytest
 
 import agentsessions as agent
-from agentsessions.cli import Exit, main, parse_store_url
+from agentsessions.cli import Exit, parse_store_url
 from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.stores import sqlite
 from tests.support.backends import (
@@ -38,6 +37,7 @@ from tests.support.backends import (
     scratch_redis,
     store_params,
 )
+from tests.support.command import Outcome, cli
 from tests.support.scripts import call, double, echo_last_result
 from tests.support.servers import (
     MONGODB_URI,
@@ -52,32 +52,6 @@ from tests.support.servers import (
 from tests.support.waiting import wait_for
 
 SECRET = "Hunter2-S3cr3t"  # distinctive: if it shows up anywhere, it came from the URL
-
-
-@attrs.frozen
-class Outcome:
-    code: int
-    out: str
-    err: str
-
-    def lines(self) -> list[str]:
-        return self.out.splitlines()
-
-
-def cli(*argv: str) -> Outcome:
-    """Run the command in this process, as a shell would see it: exit code, stdout, stderr."""
-    out, err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8"), io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
-    saved = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = out, err
-    try:
-        code = main(list(argv))
-    finally:
-        sys.stdout, sys.stderr = saved
-    texts = []
-    for stream in (out, err):
-        stream.flush()
-        texts.append(stream.buffer.getvalue().decode())
-    return Outcome(code, texts[0], texts[1])
 
 
 @attrs.frozen

@@ -31,7 +31,7 @@ from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.stores import sqlite
 from agentsessions.stores.memory import MemoryStore
 from agentsessions.testing import storetest
-from tests.test_sessions import SeedOnly
+from tests.support.seed_store import SeedOnly
 
 OLD, NEW = Keyring.new_key(), Keyring.new_key()
 KEYRING = Keyring({"k1": OLD}, current="k1")

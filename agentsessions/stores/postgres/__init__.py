@@ -16,22 +16,23 @@ Clock: ``updated_at``, leases and every comparison with a lease use the server's
 so replicas whose clocks disagree still agree on who holds a session.
 
 Time: every call raises :class:`~agentsessions.errors.StoreError` within the store's
-``timeout``. The server ends a lock wait or a statement that runs past about nine tenths
-of what is left (``lock_timeout``, ``statement_timeout``, set per transaction), and the
-connection stays usable. For a server that stops answering (a hung host, a proxy that
-stops forwarding), psycopg has no read timeout: a watchdog thread shuts the connection's
-socket down when the timeout is up, and the pool discards it. The pool checks a connection
-before it lends one, before the store holds it: :func:`check_connection` is that check
-bounded the same way, by its own ``timeout`` and by the deadline of the call waiting for
-the connection, so a dead one is dropped and another lent. Make the pool so::
+``timeout`` (and 0.25 s), whatever stage it is at when the server stops answering. The
+wait for a connection from the pool gets what is left of the timeout. The server ends a
+lock wait or a statement that runs past about nine tenths of what is left then
+(``lock_timeout``, ``statement_timeout``, set per transaction), and the connection stays
+usable. For a server that stops answering (a hung host, a proxy that stops forwarding),
+psycopg has no read timeout: a watchdog thread shuts the connection's socket down when
+the timeout is up, and the pool discards it.
+
+Dropped connections: a connection that the server closed while it sat in the pool (a
+restart, ``pg_terminate_backend``) is found before the store uses it, without a round
+trip (the kernel already holds the server's goodbye: see ``_borrow``), closed, and
+another borrowed, so no call fails for it. Give the pool no ``check``: it would cost a
+round trip on every call, and psycopg_pool waits a second after two failed checks in a
+row. Make the pool so::
 
     pool = ConnectionPool(
         conninfo,
-        # After a server restart or a network blip the idle connections are dead; without
-        # a check the pool lends them out, and each fails the call it is lent to.
-        # ConnectionPool.check_connection has no time limit: a server that takes the
-        # packets but never answers would hold the call past the store's timeout.
-        check=postgres.check_connection,
         kwargs={
             "connect_timeout": 5,  # bounds the pool's reconnects
             # The kernel's limits for a host or network that is gone, in what no watchdog
@@ -56,7 +57,7 @@ try:
     import psycopg
     from psycopg.pq import TransactionStatus
     from psycopg.rows import tuple_row
-    from psycopg_pool import ConnectionPool
+    from psycopg_pool import ConnectionPool, PoolTimeout
 except ImportError as error:  # pragma: no cover - depends on what is installed
     raise ImportError(
         "agentsessions.stores.postgres needs psycopg 3 and psycopg_pool: pip install agentsessions[postgres]"
@@ -88,6 +89,7 @@ from agentsessions.stores.kit.approvals import check_wait, decode, encode, pendi
 from agentsessions.stores.kit.failures import could_not, first_line, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
+from agentsessions.stores.postgres._borrow import borrowed
 from agentsessions.stores.postgres._schema import (
     MIGRATIONS,
     SCHEMA,
@@ -601,7 +603,7 @@ class PostgresStore:
             with (
                 translated(psycopg.Error, "PostgreSQL store", action, session_id, known=self._known, failure=failure),
                 borrowing(watch),
-                self.pool.connection(timeout=self.timeout) as conn,
+                borrowed(self.pool, watch) as conn,
             ):
                 watch.attach(conn)
                 try:
@@ -616,6 +618,9 @@ class PostgresStore:
         if watch.cut:
             late = f"no answer from PostgreSQL within the store's timeout of {self.timeout:g} s"
             return StoreError(f"{what}: {late}; the connection was closed")
+        if isinstance(error, PoolTimeout):
+            busy = f"the pool lent no connection within the store's timeout of {self.timeout:g} s"
+            return StoreError(f"{what}: {busy} (all {self.pool.max_size} busy, or none could connect)")
         if isinstance(error, psycopg.errors.UndefinedTable):
             return SchemaMissingError(
                 f"{what}: its tables are missing ({first_line(error)}); "
@@ -627,11 +632,14 @@ class PostgresStore:
 def check_connection(conn: psycopg.Connection[Any], *, timeout: float = CHECK_TIMEOUT) -> None:
     """A pool's ``check``: ``ConnectionPool.check_connection``, bounded in time.
 
-    It sends the same empty query. If no answer comes within ``timeout`` seconds, or by
-    the deadline of the store call waiting for the connection if that comes first, it
-    shuts the connection's socket down and raises ``psycopg.OperationalError``; the pool
-    then drops the connection and lends another. Pass ``check=postgres.check_connection``
-    (or a ``functools.partial`` of it with another ``timeout``) to ``ConnectionPool``.
+    :class:`PostgresStore` does not need it: it finds a connection the server dropped
+    without a round trip, and a check costs one on every borrow. For a pool other code
+    shares too: it sends the same empty query; if no answer comes within ``timeout``
+    seconds, or by the deadline of the store call waiting for the connection if that comes
+    first, it shuts the connection's socket down and raises ``psycopg.OperationalError``;
+    the pool then drops the connection and lends another. Pass
+    ``check=postgres.check_connection`` (or a ``functools.partial`` of it with another
+    ``timeout``) to ``ConnectionPool``.
     """
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < 10**6:
         raise ValueError(f"timeout is a number of seconds above 0, got {timeout!r:.80}")
