@@ -563,6 +563,9 @@ def _check_listing_arguments(store: RunStore) -> None:
         check_raises(kind, call, f"{what}, before its first next()")
 
 
+listed_ids = _listed
+"""The sessions a listing gave whose ids start with a prefix, its order and uniqueness checked."""
+
 RUN_CHECKS: dict[str, Callable[[Context], None]] = {
     DELETE: _check_delete,
     TOKENS: _check_tokens,
