@@ -2,9 +2,10 @@
 
     agentsessions [--store URL] [--keys FILE] COMMAND ...        (or: python -m agentsessions ...)
 
-    list [--state STATE]... [--older-than 7d] [--limit N] [--json]
+    list [--state STATE]... [--metadata K=V]... [--older-than 7d] [--limit N] [--json]
     show ID [--json]               the record, the steers waiting, the transcript
-    steer ID TEXT                  prints the state the steer met: running, or what waits for a run
+    steer ID TEXT [--key K]        prints the state the steer met: running, or what waits for a run;
+                                   with --key, run again it stores nothing more (a retry)
     cancel ID                      asks the run holding ID to stop
     fork ID NEW [--at N]           NEW gets ID's first N messages (all without --at)
     delete ID...                   transcript, steers and record, for each ID
@@ -54,7 +55,8 @@ Exit codes:
      be read; a row that does not decrypt (rekey: sessions that did not, each named)
   3  busy or conflict: import over an existing session without --replace, or over one a
      run holds; fork into an existing id; another run holds the session; rekey left
-     sessions that runs held (run it again)
+     sessions that runs held (run it again); steer --key K where the session holds K for
+     another text (nothing stored)
   4  store error: no driver, unreachable, refused, tables missing, file missing
   5  an unexpected error (a bug): a traceback follows, with passwords masked
 migrate has its own: 0 up to date or migrated, 1 failed, 2 bad usage, 3 the schema is newer
@@ -87,7 +89,7 @@ from agentsessions import _migrate
 from agentsessions.codec import dumps, loads
 from agentsessions.errors import AgentSessionsError, ConflictError, StoreError
 from agentsessions.runs import RunState, SessionInfo, exists, utcnow
-from agentsessions.session import ForkStore, RunStore
+from agentsessions.session import ForkStore, MetadataStore, RunStore
 from agentsessions.stores.urls import StoreURL, mask_urls, open_url, parse_url
 
 if TYPE_CHECKING:
@@ -173,7 +175,7 @@ def _known(store: RunStore, session_id: str) -> SessionInfo:
 def _list(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
     now = utcnow()
     before = now - args.older_than if args.older_than is not None else None
-    infos = store.sessions(state=args.state, updated_before=before)
+    infos = _listed(store, args.state, before, dict(args.metadata or ()))
     if args.limit is not None:
         infos = itertools.islice(infos, args.limit)
     if args.json:
@@ -183,6 +185,19 @@ def _list(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
         for line in fmt.table(infos, now):
             io.print(line)
     return Exit.OK
+
+
+def _listed(
+    store: RunStore, state: list[RunState] | None, before: datetime.datetime | None, pairs: dict[str, str]
+) -> Iterator[SessionInfo]:
+    if not pairs:
+        return store.sessions(state=state, updated_before=before)
+    if not isinstance(store, MetadataStore):
+        raise CliError(Exit.USAGE, f"{type(store).__name__} keeps no session metadata: --metadata cannot filter it")
+    try:
+        return store.sessions(state=state, updated_before=before, metadata=pairs)
+    except (TypeError, ValueError) as error:  # a key or value past the limits
+        raise CliError(Exit.USAGE, str(error)) from None
 
 
 def _show(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
@@ -199,7 +214,7 @@ def _show(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
 
 def _steer(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
     _known(store, args.id)  # a steer for a mistyped id would wait forever for a run nobody starts
-    io.print(store.add_steer(args.id, args.text).value)
+    io.print(store.add_steer(args.id, args.text, key=args.key).value)
     return Exit.OK
 
 
@@ -360,6 +375,13 @@ def _state(text: str) -> RunState:
         raise argparse.ArgumentTypeError(f"{text!r} is not one of: {', '.join(s.value for s in RunState)}") from None
 
 
+def _pair(text: str) -> tuple[str, str]:
+    name, equals, value = text.partition("=")
+    if not equals or not name:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return name, value
+
+
 def _count(text: str, least: int) -> int:
     try:
         value = int(text)
@@ -417,6 +439,7 @@ def parser() -> argparse.ArgumentParser:
 
     listing = command("list", _list, "Sessions, newest update first: a table, or JSON Lines with --json.")
     listing.add_argument("--state", type=_state, action="append", help="only this state (repeat for several)")
+    listing.add_argument("--metadata", type=_pair, action="append", metavar="K=V", help="holding this pair (repeat)")
     listing.add_argument("--older-than", type=duration, metavar="DURATION", help="last saved before this long ago")
     listing.add_argument("--limit", type=functools.partial(_count, least=1), metavar="N", help="at most N sessions")
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -426,6 +449,7 @@ def parser() -> argparse.ArgumentParser:
     steer = command("steer", _steer, "Leave a steer; prints the state it met (running: the live run takes it).")
     steer.add_argument("id")
     steer.add_argument("text")
+    steer.add_argument("--key", metavar="K", help="a key for this steer: run again with it, nothing more is stored")
     cancel = command("cancel", _cancel, "Ask the run holding a session to stop; exit 1 when none holds it.")
     cancel.add_argument("id")
     fork = command("fork", _fork, "Copy a session's first N messages (all without --at) into a new one.")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from agentsessions.approvals import Approval
 from agentsessions.endpoint import Endpoint, ModelRequest, ModelResponse
 from agentsessions.messages import Content
 
@@ -24,11 +25,17 @@ if TYPE_CHECKING:
 @attrs.frozen
 class RunStarted:
     """A run began, before its first step: its session's id (``None`` without a session),
-    the runner's ``replica`` name, and the endpoint it asks (never shown in the repr)."""
+    the runner's ``replica`` name, and the endpoint it asks (never shown in the repr).
+
+    ``name`` is the spec's (``Spec.name``); ``took_over`` says the run's claim ended another
+    holder's lapsed lease (``Claim.took_over``): that run died or hung, and this one goes on.
+    """
 
     session_id: str | None
     replica: str
     endpoint: Endpoint = attrs.field(eq=False, repr=False)
+    name: str = ""
+    took_over: bool = False
 
 
 @attrs.frozen
@@ -118,6 +125,14 @@ class ToolInDoubt:
 
 
 @attrs.frozen
+class ApprovalRequested:
+    """A tool call waits for a person's decision: the run stops for it once the step's other calls ran."""
+
+    step: int
+    approval: Approval
+
+
+@attrs.frozen
 class RunFinished:
     """The run ended, normally or not; ``result`` is final (partial when ``error`` is set)."""
 
@@ -136,5 +151,6 @@ Event = (
     | ToolCalled
     | ToolReturned
     | ToolInDoubt
+    | ApprovalRequested
     | RunFinished
 )

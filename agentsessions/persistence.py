@@ -23,6 +23,7 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol
 
+from agentsessions.approvals import Approval
 from agentsessions.holding import Hold
 from agentsessions.messages import Content, Message, put_results
 from agentsessions.runs import RunState
@@ -43,6 +44,11 @@ class Persistence(Protocol):
     @property
     def cancel_requested(self) -> bool:
         """Whether someone asked the run, through the store, to stop (learned at a save or renewal)."""
+        ...
+
+    @property
+    def took_over(self) -> bool:
+        """Whether the run's claim ended another holder's lapsed lease (``Claim.took_over``)."""
         ...
 
     def take_steers(self) -> list[str]:
@@ -85,6 +91,14 @@ class Persistence(Protocol):
         """
         ...
 
+    def approvals(self) -> list[Approval]:
+        """The calls of the session's latest wait and their decisions (``[]`` when nothing keeps them)."""
+        ...
+
+    def wait(self, transcript: Sequence[Message], approvals: Sequence[Approval]) -> bool:
+        """The last save, and the release of the session ``WAITING`` for ``approvals``; whether it wrote."""
+        ...
+
     def let_go(self) -> None:
         """The run is over: stop keeping its session (idempotent)."""
         ...
@@ -95,6 +109,7 @@ class Nowhere:
 
     __slots__ = ()
     cancel_requested = False
+    took_over = False
 
     def take_steers(self) -> list[str]:
         return []
@@ -115,6 +130,12 @@ class Nowhere:
         return False, []
 
     def stop(self, transcript: Sequence[Message], end: RunState) -> bool:
+        return False
+
+    def approvals(self) -> list[Approval]:
+        return []
+
+    def wait(self, transcript: Sequence[Message], approvals: Sequence[Approval]) -> bool:
         return False
 
     def let_go(self) -> None:
@@ -166,6 +187,12 @@ class SeedSession(Nowhere):
             return False
         return True
 
+    def wait(self, transcript: Sequence[Message], approvals: Sequence[Approval]) -> bool:
+        # Such a store keeps no state: the transcript ends in the calls, and a run resumed from
+        # it stops for them again. Decisions need a store that keeps approvals.
+        self.session.save(transcript)
+        return True
+
 
 class Journal:
     """``Spec(journal=True)``: a session's persistence that also saves around every tool call.
@@ -183,6 +210,10 @@ class Journal:
     @property
     def cancel_requested(self) -> bool:
         return self.inner.cancel_requested
+
+    @property
+    def took_over(self) -> bool:
+        return self.inner.took_over
 
     def take_steers(self) -> list[str]:
         return self.inner.take_steers()
@@ -206,6 +237,12 @@ class Journal:
 
     def stop(self, transcript: Sequence[Message], end: RunState) -> bool:
         return self.inner.stop(transcript, end)
+
+    def approvals(self) -> list[Approval]:
+        return self.inner.approvals()
+
+    def wait(self, transcript: Sequence[Message], approvals: Sequence[Approval]) -> bool:
+        return self.inner.wait(transcript, approvals)
 
     def let_go(self) -> None:
         self.inner.let_go()

@@ -24,7 +24,7 @@ from types import TracebackType
 from agentsessions import events as ev
 from agentsessions import persistence
 from agentsessions.endpoint import Endpoint
-from agentsessions.errors import RunError, RunnerClosedError, SessionBusyError
+from agentsessions.errors import ApprovalPendingError, RunError, RunnerClosedError, SessionBusyError
 from agentsessions.loop import EventSink, ReactLoop, SteerBox
 from agentsessions.messages import Message, check_transcript
 from agentsessions.persistence import Persistence
@@ -68,6 +68,8 @@ class Run:
         emit: EventSink | None,
         keep: Persistence,
         replica: str = "",
+        *,
+        for_steers: bool = False,
     ) -> None:
         emit = Listener(emit) if emit is not None else None
         self._replica = replica
@@ -77,7 +79,9 @@ class Run:
         self._finished = threading.Event()
         self._result: Result | None = None
         self._error: RunError | None = None
-        self._loop = ReactLoop(spec, messages, endpoint, emit, self._box, lambda: self._cancelled, keep)
+        self._loop = ReactLoop(
+            spec, messages, endpoint, emit, self._box, lambda: self._cancelled, keep, for_steers=for_steers
+        )
 
     @property
     def session(self) -> Session | None:
@@ -120,8 +124,10 @@ class Run:
         interrupt: BaseException | None = None
         try:
             if self._emit:
-                session_id = getattr(self._loop.spec.session, "id", None)
-                self._emit(ev.RunStarted(session_id, self._replica, self._loop.endpoint))
+                spec, keep = self._loop.spec, self._loop.keep
+                session_id = getattr(spec.session, "id", None)
+                started = ev.RunStarted(session_id, self._replica, self._loop.endpoint, spec.name, keep.took_over)
+                self._emit(started)
             try:
                 self._loop.run()
             except Exception as caught:
@@ -158,7 +164,8 @@ class Run:
         leftover = self._box.take(close=True)
         loop = self._loop
         unapplied = loop.unsaved_box + loop.unapplied + leftover
-        return Result(loop.transcript, loop.final_text(), loop.steps, stop_reason, unapplied, loop.usage)
+        approvals = loop.asked if stop_reason == StopReason.APPROVAL_REQUIRED else []
+        return Result(loop.transcript, loop.final_text(), loop.steps, stop_reason, unapplied, loop.usage, approvals)
 
 
 def default_replica() -> str:
@@ -234,13 +241,18 @@ class Runner:
         The thread runs in a copy of the caller's context variables (``contextvars``), so
         what the caller's context carries, such as its current tracing span, applies to the run.
         """
-        run = self._prepare(spec, messages, endpoint, events)
-        # The caller's context variables go with the run (a tracing span, a request id), as they do for run().
+        return self._launch(self._prepare(spec, messages, endpoint, events))
+
+    @staticmethod
+    def _launch(run: Run) -> Run:
+        """Start ``run`` on a worker thread, in a copy of the caller's context variables (a tracing span)."""
         caller = contextvars.copy_context()
         threading.Thread(target=caller.run, args=(run._execute,), name="agentsessions-run", daemon=True).start()
         return run
 
-    def send(self, spec: Spec, text: str, endpoint: Endpoint, events: EventSink | None = None) -> Run | None:
+    def send(
+        self, spec: Spec, text: str, endpoint: Endpoint, events: EventSink | None = None, *, key: str | None = None
+    ) -> Run | None:
         """Deliver one user message to the spec's session: the one call a chat view needs.
 
         The text goes into the session's store first, after the steers already waiting, so
@@ -255,23 +267,35 @@ class Runner:
         A store with only the seed's four methods keeps no run records: this runner's live
         run of the session takes the text at its next step or as it finishes, and one
         finishing just then leaves it in the store for the next run.
+
+        ``key`` makes the call safe to retry, as a web view retries a request whose answer
+        it lost (see ``session.steer``): the text is stored once per key, and a retry finding
+        it already taken from the store (a run answered it, or is answering it) starts no
+        run. The same key with another text raises :class:`ConflictError`. Keys need a
+        session from :func:`agentsessions.open` over a :class:`RunStore`.
         """
         text = check_steer(text)
         session = spec.session if isinstance(spec, Spec) else None
         if session is None:
             raise ValueError("send needs a Spec with a session: the text goes to that session's conversation")
         # The store before anything else: a run's in-memory box dies with its process.
-        state = session.steer(text)
+        state = session.steer(text) if key is None else _keyed_steer(session, text, key)
         mine = self._live_run_of(session)
         # RUNNING: the holder takes it at its next step or as it releases (the release checks
         # for steers in the same atomic step); one with no step left leaves it to a resumer.
         # None: the store keeps no run records; this runner's live run stands for RUNNING.
         if state is RunState.RUNNING or (state is None and mine is not None):
             return mine
+        # A keyed text no longer waiting was taken by a run, which answers it: a retry's
+        # new run would answer the transcript's end a second time.
+        if key is not None and isinstance(session, StoreSession) and not session.info().pending_steers:
+            return mine
         try:
-            return self.start(spec, Resume(), endpoint, events)
+            return self._launch(self._prepare(spec, Resume(), endpoint, events, for_steers=True))
         except SessionBusyError:
             return None  # another run claimed it since: it takes the stored steer at its first step
+        except ApprovalPendingError:
+            return None  # the session waits for a decision: the run after it takes the stored steer
 
     def _live_run_of(self, session: Session) -> Run | None:
         """This runner's unfinished run of ``session``, if it has one."""
@@ -280,8 +304,15 @@ class Runner:
         return next((run for run in runs if not run.done and _same_session(run.session, session)), None)
 
     def _prepare(
-        self, spec: Spec, messages: Sequence[Message] | Resume, endpoint: Endpoint, events: EventSink | None
+        self,
+        spec: Spec,
+        messages: Sequence[Message] | Resume,
+        endpoint: Endpoint,
+        events: EventSink | None,
+        *,
+        for_steers: bool = False,
     ) -> Run:
+        """The run, claimed; ``for_steers``: it is ``send``'s, and asks nothing if no steer waits for it."""
         if not isinstance(spec, Spec):
             raise TypeError(f"spec must be an agentsessions.Spec, got {type(spec).__name__}")
         if not callable(getattr(endpoint, "complete", None)):
@@ -298,7 +329,7 @@ class Runner:
         keep = persistence.choose(spec.session, journal=spec.journal, replica=self.replica, lease=spec.lease)
         if resume is not None:
             transcript = self._resumed(spec, resume, keep)
-        run = Run(spec, transcript, endpoint, events, keep, self.replica)
+        run = Run(spec, transcript, endpoint, events, keep, self.replica, for_steers=for_steers)
         with self._lock:
             self._runs.add(run)
             if self._closed:  # shut down while claiming: it stops before its first request
@@ -317,6 +348,14 @@ class Runner:
             # shows STALLED until then, and a resumer or the next run takes it).
             keep.let_go()
             raise
+
+
+def _keyed_steer(session: Session, text: str, key: str) -> RunState | None:
+    """``session.steer(text, key=key)``, for the sessions that take a key."""
+    if not isinstance(session, StoreSession):
+        kind = type(session).__name__
+        raise TypeError(f"send(key=...) needs a session from agentsessions.open(id, store), got a {kind}")
+    return session.steer(text, key=key)
 
 
 def _same_session(one: Session | None, other: Session) -> bool:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import datetime
-from collections.abc import Collection, Iterator, Sequence
+import inspect
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
 
+from agentsessions.approvals import Approval, ApprovalStore, Decision, check_decisions
 from agentsessions.errors import InvalidSessionIdError
 from agentsessions.messages import Message
+from agentsessions.metadata import check_metadata
 from agentsessions.runs import Claim, Progress, Renewal, RunState, SessionInfo, Steer
 
 MAX_SESSION_ID = 255
@@ -33,6 +36,24 @@ def check_fork_at(at: object, length: int) -> int:
     if not 0 <= at <= length:
         raise ValueError(f"at must be between 0 and the session's length {length}, got {at}")
     return at
+
+
+MAX_STEER_KEY = 255
+"""The most characters a steer key may have: as for session ids, so every store's key column holds one."""
+
+
+def check_steer_key(key: object) -> str | None:
+    """Return ``key`` if it is ``None`` or a non-empty str of at most 255 characters, else raise.
+
+    A steer key is any such string: a request id, a client's message id.
+    """
+    if key is None:
+        return None
+    if not isinstance(key, str):
+        raise TypeError(f"key must be a str (a request's id) or None, got {type(key).__name__}: {key!r:.80}")
+    if not 0 < len(key) <= MAX_STEER_KEY:
+        raise ValueError(f"key must have 1 to {MAX_STEER_KEY} characters, got {len(key)}")
+    return key
 
 
 def check_steer(text: object) -> str:
@@ -80,8 +101,15 @@ class RunStore(Store, Protocol):
     the steer was stored.
     """
 
-    def add_steer(self, session_id: str, text: str) -> RunState:
-        """Leave a steer; the state then: ``RUNNING`` means the live run will take it."""
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
+        """Leave a steer; the state then: ``RUNNING`` means the live run will take it.
+
+        With a ``key`` (a non-empty str of at most 255 characters) the steer is idempotent:
+        a key the session already holds stores nothing, and returns the state when its text
+        was this one, or raises :class:`ConflictError` when it was another. Checking the key
+        and adding the steer are one atomic step. Keys stay while the session lives (taking
+        the steer leaves its key); ``delete`` removes them and a fork does not copy them.
+        """
         ...
 
     def info(self, session_id: str) -> SessionInfo:
@@ -103,7 +131,11 @@ class RunStore(Store, Protocol):
         ...
 
     def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
-        """Hold the session for a run; raises :class:`SessionBusyError` while another lease is live."""
+        """Hold the session for a run; raises :class:`SessionBusyError` while another lease is live.
+
+        A ``STALLED`` session is taken over; the :class:`Claim` says so (``took_over=True``),
+        decided in the same atomic step as the claim itself.
+        """
         ...
 
     def peek_steers(self, session_id: str) -> list[Steer]:
@@ -134,6 +166,46 @@ class RunStore(Store, Protocol):
         ...
 
 
+def keeps_steer_keys(store: object) -> bool:
+    """Whether ``store`` keeps steer keys: a :class:`RunStore` whose ``add_steer`` takes ``key``.
+
+    Every store of this library does; a third party's written before keys existed does not,
+    and a keyed steer there is refused rather than stored without its key.
+    """
+    if not isinstance(store, RunStore):
+        return False
+    try:
+        parameters = inspect.signature(store.add_steer).parameters.values()
+    except (TypeError, ValueError):  # a callable whose signature cannot be read
+        return False
+    return any(p.name == "key" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+@runtime_checkable
+class MetadataStore(RunStore, Protocol):
+    """A :class:`RunStore` that keeps each session's metadata and lists sessions by it.
+
+    ``set_metadata`` replaces the session's whole mapping in one step (an empty one clears
+    it), making the record if there is none; it is not a save, so ``updated_at`` stays.
+    ``sessions(metadata=...)`` lists only the sessions holding every given pair, over an
+    index: as cheap as listing by state, with any other filter.
+    """
+
+    def set_metadata(self, session_id: str, metadata: Mapping[str, str]) -> None:
+        """Make ``metadata`` the session's whole metadata (see :mod:`agentsessions.metadata` for the limits)."""
+        ...
+
+    def sessions(
+        self,
+        *,
+        state: RunState | Collection[RunState] | None = None,
+        updated_before: datetime.datetime | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Iterator[SessionInfo]:
+        """Every session holding each pair of ``metadata``, newest update first, in pages, each exactly once."""
+        ...
+
+
 @runtime_checkable
 class ForkStore(Protocol):
     """A store that can fork a session: a capability of its own, beside :class:`RunStore`."""
@@ -160,7 +232,7 @@ class Session(Protocol):
         ...
 
     def steer(self, text: str) -> RunState | None:
-        """Leave a steer for the run of this session, wherever it runs."""
+        """Leave a steer for the run of this session, wherever it runs (:class:`StoreSession` also takes a ``key``)."""
         ...
 
     def take_steers(self) -> list[str]:
@@ -187,15 +259,26 @@ class StoreSession:
         """This session's transcript."""
         return self.store.messages(self.id)
 
-    def steer(self, text: str) -> RunState | None:
+    def steer(self, text: str, *, key: str | None = None) -> RunState | None:
         """Leave a steer for the run of this session, wherever it runs.
 
         Returns the session's state at the instant the steer was stored: ``RUNNING`` means
         the live run will take it; anything else means it waits for the next run (start
         one). ``None`` from a store that keeps no run records.
+
+        ``key`` makes the steer safe to retry (a web view that lost the answer to its
+        request sends it again with the same key): a key already stored for this session
+        with the same text stores nothing and returns the state; with another text it raises
+        :class:`ConflictError`. Keys need a :class:`RunStore`: over a store with only the
+        seed's four methods a key is a ``TypeError``, never a steer that is not idempotent.
         """
-        state = self.store.add_steer(self.id, text)
-        return state if isinstance(state, RunState) else None
+        if key is None:
+            state = self.store.add_steer(self.id, text)
+            return state if isinstance(state, RunState) else None
+        store = self._runs("keep steer keys")
+        if not keeps_steer_keys(store):
+            raise TypeError(f"{type(store).__name__} cannot keep steer keys: its add_steer takes no key")
+        return store.add_steer(self.id, text, key=key)
 
     def info(self) -> SessionInfo:
         """This session's record: length, last update, state, holder, lease, pending steers."""
@@ -204,6 +287,18 @@ class StoreSession:
     def delete(self) -> bool:
         """Remove this session's transcript, steers and record in one step; ``True`` if it existed."""
         return self._runs().delete(self.id)
+
+    def set_metadata(self, metadata: Mapping[str, str]) -> None:
+        """Make ``metadata`` (``str`` to ``str``, at most 16 keys) this session's whole metadata, in one step.
+
+        ``store.sessions(metadata={"user": "42"})`` then lists it among that user's
+        sessions; :attr:`SessionInfo.metadata` reads it back. An empty mapping clears it.
+        Needs a store that keeps metadata (:class:`MetadataStore`); else ``TypeError``.
+        """
+        checked = check_metadata(metadata)
+        if not isinstance(self.store, MetadataStore):
+            raise TypeError(f"{type(self.store).__name__} keeps no session metadata (it has no set_metadata method)")
+        self.store.set_metadata(self.id, checked)
 
     def cancel(self) -> bool:
         """Ask the run holding this session to stop; ``False`` when no live run holds it.
@@ -226,10 +321,41 @@ class StoreSession:
         self.store.fork(self.id, new_id, at=at)
         return StoreSession(new_id, self.store)
 
-    def _runs(self) -> RunStore:
+    def approvals(self) -> list[Approval]:
+        """The tool calls this session waits for, decided or not; ``[]`` when it does not wait."""
+        store = self._approvals()
+        if self._runs().info(self.id).state is not RunState.WAITING:
+            return []
+        return store.approvals(self.id)
+
+    def approve(self, call_id: str, *, by: str = "") -> RunState:
+        """Let the waiting call ``call_id`` run; the session's state after (see :meth:`decide`)."""
+        return self.decide({call_id: Decision.approve(by=by)})
+
+    def reject(self, call_id: str, *, reason: str = "", by: str = "") -> RunState:
+        """Refuse the waiting call ``call_id``: the model reads an error result holding ``reason``."""
+        return self.decide({call_id: Decision.reject(reason=reason, by=by)})
+
+    def decide(self, decisions: Mapping[str, Decision]) -> RunState:
+        """Record decisions on waiting calls (call id to :class:`Decision`) in one atomic step, all or none.
+
+        Returns the session's state after it. The same decision again records nothing and
+        returns the state (safe to retry); the other decision on a decided call, or an id
+        that is not waiting, raises :class:`~agentsessions.ConflictError` and records none.
+        Once every call is decided, a run started with ``Resume()`` goes on from the wait.
+        """
+        return self._approvals().decide(self.id, check_decisions(decisions))
+
+    def _approvals(self) -> ApprovalStore:
+        store = self._runs()
+        if not isinstance(store, ApprovalStore):
+            raise TypeError(f"{type(store).__name__} keeps no approvals (it has no wait, approvals and decide methods)")
+        return store
+
+    def _runs(self, to: str = "keep run records") -> RunStore:
         if not isinstance(self.store, RunStore):
             kind = type(self.store).__name__
-            raise TypeError(f"{kind} keeps no run records: it implements only agentsessions.Store, not RunStore")
+            raise TypeError(f"{kind} cannot {to}: it implements only agentsessions.Store, not RunStore")
         return self.store
 
     def take_steers(self) -> list[str]:

@@ -22,8 +22,9 @@ import agentsessions as agent
 from tests.support.backends import Opener, store_params
 from tests.support.schema_v1 import record_version, scratch_at, url_of, versions
 
-VERSIONED = ("sqlite", "postgres")
-WANTED = 2
+VERSIONED = ("sqlite", "postgres", "mysql")
+WANTED = 4
+MIGRATED = list(range(2, WANTED + 1))  # the versions a version-1 database is taken through
 ROOT = Path(__file__).resolve().parent.parent
 # The full count: AGENTSESSIONS_CRASH_TRIALS=100 python -m pytest tests/test_migrate.py -k killed -s
 TRIALS = int(os.environ.get("AGENTSESSIONS_CRASH_TRIALS", "4"))
@@ -73,8 +74,10 @@ def test_plan_prints_the_steps_and_applies_nothing(kind: str, tmp_path: Path) ->
         done = migrate(url_of(opener), "--plan")
         assert done.returncode == 0, done.stderr
         assert f"schema version 1; this release uses version {WANTED}" in done.stdout
-        assert f"to version {WANTED}: steer keys" in done.stdout
+        assert "to version 2: steer keys" in done.stdout and "to version 3: approvals" in done.stdout
+        assert f"to version {WANTED}: session metadata" in done.stdout
         assert "CREATE TABLE IF NOT EXISTS agentsessions_steer_keys" in done.stdout
+        assert "CREATE TABLE IF NOT EXISTS agentsessions_approvals" in done.stdout
         assert found_version(opener) == 1
 
 
@@ -101,6 +104,16 @@ def _run_script(opener: Opener, script: str) -> None:
         if kind_of(store) == "PostgresStore":
             with store.pool.connection() as conn:
                 conn.execute(script)
+        elif kind_of(store) == "MySQLStore":  # one statement at a time, as a MySQL client sends them
+            conn = store.connect()
+            try:
+                with conn.cursor() as cur:
+                    body = "".join(line for line in script.splitlines(keepends=True) if not line.startswith("--"))
+                    for statement in filter(None, (s.strip() for s in body.split(";\n"))):
+                        cur.execute(statement.rstrip(";"))
+                conn.commit()
+            finally:
+                conn.close()
         else:
             raise AssertionError(kind_of(store))
 
@@ -124,7 +137,7 @@ def test_it_migrates_then_finds_the_database_up_to_date(kind: str, tmp_path: Pat
         assert (again.returncode, again.stdout.splitlines()[-1]) == (0, "up to date")
         with opener() as store:
             store.add_steer("s", "works")
-            assert versions(store) == [WANTED]
+            assert versions(store) == MIGRATED
 
 
 def test_on_an_empty_database_it_creates_the_current_version(kind: str, tmp_path: Path) -> None:
@@ -184,6 +197,17 @@ def holding_the_lock(opener: Opener) -> Iterator[None]:
                 conn.execute("SELECT pg_advisory_lock(%s)", (LOCK,))
                 yield
                 conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK,))
+        elif kind_of(store) == "MySQLStore":
+            from agentsessions.stores.mysql._schema import lock, unlock
+
+            conn = store.connect()
+            try:
+                with conn.cursor() as cur:
+                    assert lock(cur, 30)
+                    yield
+                    unlock(cur)
+            finally:
+                conn.close()
         else:
             raise AssertionError(kind_of(store))
 
@@ -202,7 +226,7 @@ def test_four_at_once_one_applies_and_all_exit_0(kind: str, tmp_path: Path) -> N
         waited = [out for out, _ in outputs if "another migration applied it meanwhile" in out]
         assert (len(applied), len(waited)) == (1, 3), outputs
         with opener() as store:
-            assert versions(store) == [WANTED]  # recorded once: nothing applied twice
+            assert versions(store) == MIGRATED  # recorded once: nothing applied twice
 
 
 @pytest.mark.crash
@@ -227,6 +251,6 @@ def test_a_migration_killed_half_way_finishes_when_run_again(kind: str, tmp_path
             last = again.stdout.splitlines()[-1]
             assert last in ("up to date", f"migrated to version {WANTED}"), f"{where}: {again.stdout}"
             with opener() as store:
-                assert versions(store) == [WANTED], where
+                assert versions(store) == MIGRATED, where
                 store.add_steer("s", "the migrated store works")
                 assert store.take_steers("s") == ["the migrated store works"], where

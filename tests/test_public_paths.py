@@ -35,6 +35,8 @@ NAMED: dict[str, tuple[str, ...]] = {
     "agentsessions.stores.kit.listing": ("Page", "pages"),
     "agentsessions.stores.kit.values": ("EPOCH", "MICROSECOND", "micros", "moment", "span", "text", "utc"),
     "agentsessions.stores.kit.schema": ("VERSION_TABLE", "Step", "Migrator", "check_version", "plan"),
+    "agentsessions.stores.kit.steerkeys": ("conflict", "digest", "fresh"),
+    "agentsessions.stores.kit.arguments": ("add_steer", "claim", "renew", "save_run"),
     "agentsessions.testing.storetest": ("properties", "check", "run", "Report"),
     "agentsessions.runs": (
         "derive_state",
@@ -46,7 +48,14 @@ NAMED: dict[str, tuple[str, ...]] = {
         "listed",
         "utcnow",
     ),
-    "agentsessions.session": ("check_session_id", "check_steer", "check_fork_at"),
+    "agentsessions.session": (
+        "check_session_id",
+        "check_steer",
+        "check_steer_key",
+        "check_fork_at",
+        "keeps_steer_keys",
+        "MAX_STEER_KEY",
+    ),
     "agentsessions.codec": ("dump_message", "load_message", "encode_text", "decode_text"),
 }
 

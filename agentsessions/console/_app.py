@@ -4,7 +4,7 @@
     GET  /session?id=ID          one session: record, actions, transcript
     GET  /session/poll?id=ID&from=N&v=V   what changed since (JSON, for static/console.js)
     GET  /delete?id=ID           the confirmation step
-    POST /steer /cancel /fork /delete      the actions (form fields id, csrf, and text, new, at)
+    POST /steer /cancel /fork /delete      the actions (form fields id, csrf, and text, key, new, at)
     GET  /static/console.js /static/console.css
 
 Each action goes through the store, so it reaches the run whichever replica holds it.
@@ -17,6 +17,7 @@ import importlib.resources
 import itertools
 import json
 import logging
+import secrets
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
@@ -27,7 +28,7 @@ from agentsessions.console import _blocks, _html
 from agentsessions.console._guard import SECURITY_HEADERS, Guard, same_origin
 from agentsessions.errors import AgentSessionsError, ConflictError
 from agentsessions.runs import RunState, SessionInfo, exists, utcnow
-from agentsessions.session import ForkStore, RunStore
+from agentsessions.session import ForkStore, RunStore, keeps_steer_keys
 
 log = logging.getLogger("agentsessions.console")
 
@@ -189,7 +190,9 @@ class Console:
         info = self._known(_one(params, "id"))
         transcript = self.store.messages(info.id)
         status = _html.status(info, self.store.peek_steers(info.id), utcnow())
-        body = _html.session(root, info, status, _blocks.messages(transcript), _version(info), self.guard.csrf)
+        # A key per page: sending its steer form twice stores the steer once.
+        key = secrets.token_urlsafe(16) if keeps_steer_keys(self.store) else ""
+        body = _html.session(root, info, status, _blocks.messages(transcript), _version(info), self.guard.csrf, key)
         return self._html(root, f"Session {info.id}", body, params)
 
     def _poll(self, root: str, params: Params) -> Response:
@@ -217,7 +220,8 @@ class Console:
         text = _one(form, "text")
         if not text.strip():
             raise Refused(400, "a steer needs some text", _html.session_link(root, info.id))
-        state = self.store.add_steer(info.id, text)
+        key = form.get("key", [""])[0]
+        state = self.store.add_steer(info.id, text, key=key) if key else self.store.add_steer(info.id, text)
         return self._back(root, info.id, "steered" if state is RunState.RUNNING else "steer-waits")
 
     def _cancel(self, root: str, form: Params) -> Response:

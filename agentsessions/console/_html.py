@@ -127,15 +127,21 @@ def status(info: SessionInfo, steers: Sequence[Steer], now: datetime.datetime) -
     )
 
 
-def session(root: str, info: SessionInfo, status_html: str, transcript_html: str, version: str, csrf: str) -> str:
-    """A session's page: its record, the actions, and the transcript that the script keeps growing."""
+def session(
+    root: str, info: SessionInfo, status_html: str, transcript_html: str, version: str, csrf: str, steer_key: str = ""
+) -> str:
+    """A session's page: its record, the actions, and the transcript that the script keeps growing.
+
+    ``steer_key``, when the store keeps steer keys, goes into the steer form: a form sent
+    twice (a double click, a resent request) stores its steer once.
+    """
     sid = escape(info.id)
     hidden = csrf_field(csrf) + f'<input type="hidden" name="id" value="{sid}">'
     poll = escape(f"{root}/session/poll?id={q(info.id)}")
     # Panels of the side column, in order; an approvals panel goes beside the steer one.
     panels = [
         f'<section class="panel"><h2>Run</h2><div id="status">{status_html}</div></section>',
-        _steer_panel(root, hidden),
+        _steer_panel(root, hidden, steer_key),
         _actions_panel(root, info, hidden),
     ]
     return (
@@ -146,9 +152,10 @@ def session(root: str, info: SessionInfo, status_html: str, transcript_html: str
     )
 
 
-def _steer_panel(root: str, hidden: str) -> str:
+def _steer_panel(root: str, hidden: str, steer_key: str) -> str:
+    key = f'<input type="hidden" name="key" value="{escape(steer_key)}">' if steer_key else ""
     return (
-        f'<section class="panel"><h2>Steer</h2><form method="post" action="{root}/steer">{hidden}'
+        f'<section class="panel"><h2>Steer</h2><form method="post" action="{root}/steer">{hidden}{key}'
         '<textarea name="text" rows="3" required aria-label="steer text"></textarea>'
         '<button type="submit" name="do" value="steer">Steer</button></form></section>'
     )

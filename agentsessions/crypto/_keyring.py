@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -86,6 +88,11 @@ class Keyring:
 
     def __repr__(self) -> str:
         return f"Keyring(ids={list(self._aeads)!r}, current={self._current!r})"
+
+    def _derived(self, key_id: str, label: bytes) -> bytes | None:
+        """A 32-byte secret for another use than AES-GCM, derived from key ``key_id`` (HMAC-SHA256 over ``label``)."""
+        key = self._keys.get(key_id)
+        return None if key is None else hmac.new(key, label, hashlib.sha256).digest()
 
     def aead(self, key_id: str) -> AESGCM | None:
         """The cipher of ``key_id``, or ``None`` when the keyring does not hold it."""

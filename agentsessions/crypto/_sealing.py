@@ -8,7 +8,13 @@ speaks, so a transcript read without the keyring is never sent to a model by mis
 
 A steer is stored as the text ``agentsessions.crypto/1:ID:BASE64`` over a random 16-byte
 steer id followed by the steer's text (the id tells a copy that ``rekey`` made apart from
-a steer sent twice).
+a steer sent twice). A keyed steer (``add_steer(..., key=K)``) is sealed deterministically
+instead: its steer id and nonce are HMACs, under a secret derived from the key, of its
+session, its key and (for the nonce) its text. So a retry of the same text under the same
+key is the very same ciphertext, and the wrapped store, which compares digests of what it
+stores, finds it a retry; another text under that key is another ciphertext, and a
+conflict. Nothing more is revealed than that the two calls were one retry, which the key
+already says; two texts never share a nonce.
 
 The associated data of every ciphertext names its kind, its session id and, for a
 message, its position and role: a row copied into another session, another place or
@@ -20,6 +26,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import json
 import os
 
@@ -105,6 +113,23 @@ class Sealer:
         sealed = self._seal(_aad(b"steer", session_id), steer_id + encode_text(text))
         return f"{STEER_PREFIX}{self.keyring.current}:{sealed}"
 
+    def seal_keyed_steer(self, session_id: str, key: str, text: str, key_id: str | None = None) -> str:
+        """``text`` sealed for steer key ``key``: the same ciphertext each time for the same key id and text.
+
+        ``key_id`` names the keyring's key to use (default: the current one), so that a
+        retry can be sealed as it was before a rotation.
+        """
+        key_id = self.keyring.current if key_id is None else key_id
+        secret = self.keyring._derived(key_id, _DOMAIN + b"keyed steer")
+        aead = self.keyring.aead(key_id)
+        assert secret is not None and aead is not None  # key_id comes from the keyring
+        binding = _aad(b"steer", session_id) + _counted(encode_text(key))
+        steer_id = hmac.new(secret, b"id\x00" + binding, hashlib.sha256).digest()[:_STEER_ID]
+        plain = steer_id + encode_text(text)
+        nonce = hmac.new(secret, b"nonce\x00" + binding + plain, hashlib.sha256).digest()[:_NONCE]
+        sealed = base64.b64encode(nonce + aead.encrypt(nonce, plain, _aad(b"steer", session_id))).decode("ascii")
+        return f"{STEER_PREFIX}{key_id}:{sealed}"
+
     def open_steer(self, session_id: str, stored: str) -> tuple[bytes, str]:
         """``(steer id, text)`` of a stored steer; the id is ``b""`` for a plaintext one."""
         if not stored.startswith(STEER_PREFIX):
@@ -158,6 +183,11 @@ class Sealer:
                 session_id=session_id,
                 key_id="",
             )
+
+
+def _counted(data: bytes) -> bytes:
+    # The length first, so that no two (session, key) pairs spell the same bytes.
+    return len(data).to_bytes(4, "big") + data
 
 
 def _envelope(stored: Message) -> str | None:

@@ -20,18 +20,29 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any, Protocol, overload
 
 import attrs
 
+from agentsessions.approvals import Approval, Decision, check_decisions
+from agentsessions.crypto import _approvals as approval_crypto
 from agentsessions.crypto._keyring import Keyring
 from agentsessions.crypto._sealing import Sealer
-from agentsessions.errors import FormatError
+from agentsessions.errors import ConflictError, FormatError
 from agentsessions.messages import Message, check_transcript, transcript_list
 from agentsessions.runs import Claim, Progress, Renewal, RunState, SessionInfo, Steer
-from agentsessions.session import ForkStore, RunStore, Store, check_fork_at, check_session_id, check_steer
+from agentsessions.session import (
+    ForkStore,
+    RunStore,
+    Store,
+    check_fork_at,
+    check_session_id,
+    check_steer,
+    keeps_steer_keys,
+)
 from agentsessions.stores.kit import arguments
+from agentsessions.stores.kit.approvals import check_wait
 from agentsessions.stores.kit.incremental import SessionMemory, shared_prefix
 
 SEED_METHODS = ("save", "messages", "add_steer", "take_steers")
@@ -39,7 +50,8 @@ SEED_METHODS = ("save", "messages", "add_steer", "take_steers")
 
 OPTIONAL_METHODS = (
     *("info", "sessions", "delete", "cancel", "claim", "peek_steers", "save_run", "renew"),
-    *("fork", "close"),
+    *("fork", "set_metadata", "close"),
+    *("wait", "approvals", "decide"),
 )
 """The methods the wrapper has when, and only when, the store it wraps has them."""
 
@@ -183,6 +195,30 @@ class _Everything(EncryptedStore):
 
     inner: Any  # has whichever of these methods the class was built with
 
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
+        """Leave a steer, stored encrypted; with ``key``, safe to retry (the wrapped store keeps the key).
+
+        A keyed steer is sealed deterministically (see :mod:`agentsessions.crypto._sealing`),
+        so a retry hands the wrapped store the ciphertext it kept. A retry after the current
+        key changed is sealed again under each older key of the keyring before its
+        :class:`~agentsessions.ConflictError` is believed.
+        """
+        session_id, text, key = arguments.add_steer(session_id, text, key)
+        if key is None:
+            state: RunState = self.inner.add_steer(session_id, self._sealer.seal_steer(session_id, text))
+            return state
+        current = self.keyring.current
+        try:
+            state = self.inner.add_steer(session_id, self._sealer.seal_keyed_steer(session_id, key, text), key=key)
+            return state
+        except ConflictError as conflict:
+            for key_id in (k for k in self.keyring.ids if k != current):
+                with contextlib.suppress(ConflictError):
+                    sealed = self._sealer.seal_keyed_steer(session_id, key, text, key_id)
+                    state = self.inner.add_steer(session_id, sealed, key=key)
+                    return state
+            raise conflict
+
     def info(self, session_id: str) -> SessionInfo:
         """The session's record, as the wrapped store keeps it (nothing in it is encrypted)."""
         result: SessionInfo = self.inner.info(session_id)
@@ -198,6 +234,10 @@ class _Everything(EncryptedStore):
         """The wrapped store's listing (ids, states and times are kept in clear, for this)."""
         result: Iterator[SessionInfo] = self.inner.sessions(state=state, updated_before=updated_before, **filters)
         return result
+
+    def set_metadata(self, session_id: str, metadata: Mapping[str, str]) -> None:
+        """Set the session's metadata in the wrapped store, in clear: listing by it needs it readable."""
+        self.inner.set_metadata(session_id, metadata)
 
     def delete(self, session_id: str) -> bool:
         """Remove the session whole; ``True`` if it existed."""
@@ -270,12 +310,29 @@ class _Everything(EncryptedStore):
         """Close the wrapped store."""
         self.inner.close()
 
+    def wait(self, claim: Claim, approvals: Sequence[Approval]) -> None:
+        """Release the session waiting for ``approvals``, their inputs stored encrypted."""
+        calls = check_wait(claim, approvals)
+        self.inner.wait(claim, approval_crypto.sealed(self._sealer, claim.session_id, calls))
+
+    def approvals(self, session_id: str) -> list[Approval]:
+        """The calls of the session's latest wait, their inputs and reasons decrypted."""
+        stored = self.inner.approvals(check_session_id(session_id))
+        return approval_crypto.opened(self._sealer, session_id, stored)
+
+    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
+        """Record ``decisions`` (the wrapped store's ``decide``), each reason stored encrypted."""
+        checked = check_decisions(decisions)
+        sealed = approval_crypto.sealed_decisions(self._sealer, check_session_id(session_id), checked)
+        state: RunState = self.inner.decide(session_id, sealed)
+        return state
+
 
 @functools.cache
 def _wrapper_class(methods: frozenset[str]) -> type[EncryptedStore]:
     # A class per set of methods: protocols and storetest look for methods on the class,
     # so a method the wrapped store lacks must be absent, not present and failing.
-    chosen = {name: vars(_Everything)[name] for name in OPTIONAL_METHODS if name in methods}
+    chosen = {name: vars(_Everything)[name] for name in (*OPTIONAL_METHODS, "add_steer") if name in methods}
     return type("EncryptedStore", (EncryptedStore,), {"__slots__": (), "__doc__": EncryptedStore.__doc__, **chosen})
 
 
@@ -306,5 +363,7 @@ def encrypted(store: Store, keyring: Keyring, allow_plaintext: bool = False) -> 
     if missing:
         raise TypeError(f"{type(store).__name__} is not a store: it has no {', '.join(missing)}")
     methods = frozenset(name for name in OPTIONAL_METHODS if callable(getattr(store, name, None)))
+    if keeps_steer_keys(store):  # the keyed add_steer, only over a store that keeps keys
+        methods |= {"add_steer"}
     wrapper: Store = _wrapper_class(methods)(store, Sealer(keyring, allow_plaintext=allow_plaintext))
     return wrapper

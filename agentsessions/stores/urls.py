@@ -208,10 +208,10 @@ def _postgres(url: StoreURL, _: SplitResult, *, connections: int) -> Iterator[Ru
         raise ValueError(f"cannot read the store URL {url.shown}: {error}") from None
     except psycopg.Error as error:
         raise StoreError(f"cannot connect to {url.shown}: {error}") from None
-    # The store's bounded check when this version has it; the pool's own otherwise.
-    check = getattr(postgres, "check_connection", ConnectionPool.check_connection)
+    # No check: the store finds a connection the server dropped without a round trip (see
+    # postgres/_borrow.py), and a check would cost one on every call.
     pool: ConnectionPool[Any] = ConnectionPool(
-        url.raw, kwargs=options, min_size=1, max_size=connections, check=check, open=False, name="agentsessions"
+        url.raw, kwargs=options, min_size=1, max_size=connections, open=False, name="agentsessions"
     )
     try:
         try:

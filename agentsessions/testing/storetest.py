@@ -24,7 +24,8 @@ The properties of :data:`RUN_PROPERTIES` (claims, leases, fencing, listing, dele
 cancel, the refusal of bad arguments to run calls) run when the store is a
 :class:`~agentsessions.session.RunStore`, and are reported in :attr:`Report.skipped` for a
 store with only the four methods of
-:class:`~agentsessions.session.Store`. They delete every session they make; the
+:class:`~agentsessions.session.Store`; so is :data:`KEYS` (steer keys) for a store whose
+``add_steer`` takes no ``key``. They delete every session they make; the
 sessions of the other properties stay behind. Importing this module imports Hypothesis;
 ``import agentsessions`` never does.
 """
@@ -46,11 +47,15 @@ from hypothesis import Phase, example, given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
+from agentsessions.approvals import ApprovalStore
 from agentsessions.messages import Content, Message, Role
-from agentsessions.session import MAX_SESSION_ID, ForkStore, RunStore, Store
+from agentsessions.session import MAX_SESSION_ID, ForkStore, MetadataStore, RunStore, Store, keeps_steer_keys
+from agentsessions.testing._storetest_approvals import APPROVAL_CHECKS, APPROVAL_PROPERTIES
 from agentsessions.testing._storetest_arguments import ARGUMENTS
 from agentsessions.testing._storetest_fork import FORK, FORK_CHECKS
+from agentsessions.testing._storetest_keys import KEY_CHECKS, KEYS
 from agentsessions.testing._storetest_many import MANY, check_many
+from agentsessions.testing._storetest_metadata import METADATA, METADATA_CHECKS
 from agentsessions.testing._storetest_runs import RUN_CHECKS, RUN_PROPERTIES
 from agentsessions.testing._storetest_support import (
     CONTENT,
@@ -73,7 +78,20 @@ from agentsessions.testing._storetest_support import (
     transcripts,
 )
 
-__all__ = ["ARGUMENTS", "FORK", "MANY", "PROPERTIES", "RUN_PROPERTIES", "Report", "check", "properties", "run"]
+__all__ = [
+    "APPROVAL_PROPERTIES",
+    "ARGUMENTS",
+    "FORK",
+    "KEYS",
+    "MANY",
+    "METADATA",
+    "PROPERTIES",
+    "RUN_PROPERTIES",
+    "Report",
+    "check",
+    "properties",
+    "run",
+]
 
 MODEL = "the store agrees with a dict model"
 VERBATIM = "strings are kept verbatim"
@@ -90,7 +108,10 @@ FRESH = "messages() returns a new list"
 PROPERTIES: tuple[str, ...] = (
     *(UNKNOWN, VERBATIM, STEERS, REPLACES, FRESH, ISOLATED, REJECTED, MODEL, READERS, MANY),
     *RUN_PROPERTIES,
+    KEYS,
     FORK,
+    *APPROVAL_PROPERTIES,
+    METADATA,
 )
 """The names of the properties :func:`run` checks, in the order it checks them."""
 
@@ -112,7 +133,9 @@ class Report:
     ``skipped`` names the properties left out because the store lacks their capability:
     those of :data:`RUN_PROPERTIES` for a store that is not a
     :class:`~agentsessions.session.RunStore`, the fork property for one that is not a
-    :class:`~agentsessions.session.ForkStore`.
+    :class:`~agentsessions.session.ForkStore`, the steer-key property for one whose
+    ``add_steer`` takes no ``key`` (:func:`~agentsessions.session.keeps_steer_keys`), the
+    metadata property for one that is not a :class:`~agentsessions.session.MetadataStore`.
     """
 
     examples: Mapping[str, int] = attrs.field(converter=_read_only)
@@ -180,8 +203,12 @@ def _check(names: Sequence[str], factory: Callable[[], Store], max_examples: int
             settings = hypothesis.settings(settings, phases=(Phase.explicit, Phase.generate))
             threaded = hypothesis.settings(threaded, phases=(Phase.explicit, Phase.generate))
         context = Context(factory(), settings, threaded, token, serial, listing_sessions=listing_sessions)
-        if (name in RUN_PROPERTIES and not isinstance(context.store, RunStore)) or (
-            name == FORK and not isinstance(context.store, ForkStore)
+        if (
+            (name in RUN_PROPERTIES and not isinstance(context.store, RunStore))
+            or (name == FORK and not isinstance(context.store, ForkStore))
+            or (name == KEYS and not keeps_steer_keys(context.store))
+            or (name in APPROVAL_PROPERTIES and not isinstance(context.store, ApprovalStore))
+            or (name == METADATA and not isinstance(context.store, MetadataStore))
         ):
             skipped.append(name)
             continue
@@ -614,6 +641,9 @@ def _check_steers(context: Context) -> None:
 _CHECKS: dict[str, Callable[[Context], None]] = {
     **RUN_CHECKS,
     **FORK_CHECKS,
+    **KEY_CHECKS,
+    **APPROVAL_CHECKS,
+    **METADATA_CHECKS,
     MODEL: _check_model,
     VERBATIM: _check_verbatim,
     ISOLATED: _check_ids,

@@ -115,7 +115,7 @@ def post_steer(request: HttpRequest, conversation_id: str) -> JsonResponse:
     text = _text(request)
     if text is None:
         return JsonResponse({"error": BAD_BODY}, status=400)
-    return JsonResponse(steer(conversations(), conversation_id, text), status=202)
+    return _json(steer(conversations(), conversation_id, text, request.headers.get("Idempotency-Key")))
 
 
 @csrf_exempt

@@ -10,7 +10,8 @@ Routes (JSON in, JSON out):
   while a run (in any replica) holds the conversation.
 - ``POST /conversations/<id>/steer`` ``{"text": ...}``: ``Runner.send``: ``Run.steer`` when this
   process holds the run; through the store when another replica does; else a new run, so
-  every steer gets one answer.
+  every steer gets one answer. An ``Idempotency-Key`` header makes a retried request store
+  its text once (409 when the key came with another text).
 - ``POST /conversations/<id>/cancel``: ``session.cancel()``, from any replica.
 - ``GET /conversations/<id>``: the transcript and the session's record (state, holder, lease).
 
@@ -90,7 +91,7 @@ def create_app(
         text = body_text(request.get_json(silent=True))
         if text is None:
             return {"error": BAD_BODY}, 400
-        return steer(conversations, conversation_id, text), 202
+        return steer(conversations, conversation_id, text, request.headers.get("Idempotency-Key"))
 
     @app.post("/conversations/<conversation_id>/cancel")
     def post_cancel(conversation_id: str) -> ResponseReturnValue:
@@ -123,7 +124,6 @@ def postgres_store(dsn: str, schema: str, *, migrate: bool) -> Iterator[agent.Ru
     """A PostgreSQL store over a pool of this process's own, in ``schema``."""
     pool: ConnectionPool[Any] = ConnectionPool(
         dsn,
-        check=postgres.check_connection,
         kwargs={"options": f"-c search_path={schema}", "connect_timeout": 5},
         min_size=1,
         max_size=10,

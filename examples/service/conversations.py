@@ -20,6 +20,7 @@ from urllib.parse import quote
 
 import agentsessions as agent
 from agentsessions.events import Event, RunFinished
+from agentsessions.session import check_steer_key
 
 Answer = tuple[dict[str, Any], int]
 """A route's JSON body and HTTP status."""
@@ -124,10 +125,13 @@ class Conversations:
         self._track(conversation_id, entry, run)
         return run
 
-    def send(self, conversation_id: str, text: str) -> agent.Run | None:
-        """``Runner.send``: the text reaches the live run wherever it is, or starts one; answered once."""
+    def send(self, conversation_id: str, text: str, key: str | None = None) -> agent.Run | None:
+        """``Runner.send``: the text reaches the live run wherever it is, or starts one; answered once.
+
+        ``key`` (the request's ``Idempotency-Key``) makes a retried request store its text once.
+        """
         entry = _Entry()
-        run = self.runner.send(self._spec(conversation_id), text, *self._model(conversation_id, entry))
+        run = self.runner.send(self._spec(conversation_id), text, *self._model(conversation_id, entry), key=key)
         if run is not None and run is not self.held(conversation_id):
             self._track(conversation_id, entry, run)
         return run
@@ -194,16 +198,26 @@ def new_turn(conversations: Conversations, conversation_id: str, text: str) -> A
     return {"conversation": conversation_id, "replica": conversations.runner.replica, "started": True}, 202
 
 
-def steer(conversations: Conversations, conversation_id: str, text: str) -> dict[str, Any]:
-    """``Runner.send``: to this process's run, to a run elsewhere through the store, or to a new run."""
+def steer(conversations: Conversations, conversation_id: str, text: str, key: str | None = None) -> Answer:
+    """``Runner.send``: to this process's run, to a run elsewhere through the store, or to a new run (202).
+
+    ``key``, the request's ``Idempotency-Key`` header: a client retrying a request whose
+    answer it lost sends it again with the same key, and the text is stored and answered
+    once, whichever replica each attempt reaches. The same key with another text is a 409.
+    """
     answer: dict[str, Any] = {"conversation": conversation_id, "replica": conversations.runner.replica}
     held = conversations.held(conversation_id)
-    run = conversations.send(conversation_id, text)
+    try:
+        run = conversations.send(conversation_id, text, check_steer_key(key))
+    except ValueError as error:  # a key that is not 1 to 255 characters, or a bad id
+        return {"error": str(error)}, 400
+    except agent.ConflictError as error:  # the key was used for another text
+        return {"error": str(error)}, 409
     if run is None:
-        return {**answer, "delivered": "store", "state": "running", "started": False}
+        return {**answer, "delivered": "store", "state": "running", "started": False}, 202
     if run is held:
-        return {**answer, "delivered": "run", "state": "running", "started": False}
-    return {**answer, "delivered": "new run", "state": "running", "started": True}
+        return {**answer, "delivered": "run", "state": "running", "started": False}, 202
+    return {**answer, "delivered": "new run", "state": "running", "started": True}, 202
 
 
 def snapshot(session: agent.StoreSession) -> tuple[agent.SessionInfo, list[agent.Message]]:

@@ -306,6 +306,23 @@ def test_a_post_without_the_csrf_token_or_from_another_site_is_refused(base: str
     assert done.status_code == 303 and [s.text for s in store.peek_steers("target")] == ["injected"]
 
 
+def test_a_steer_form_sent_twice_stores_its_steer_once(base: str, store: sqlite.SQLiteStore) -> None:
+    store.save("work", [Message.user("a")])
+    page = get(f"{base}/session?id=work").text
+    found = re.search(r'name="key" value="([^"]+)"', page)
+    assert found, page
+    key, token = found.group(1), csrf(page)
+    for _ in range(2):  # a double click, or a request the browser sends again
+        sent = post(base, "steer", "work", token, text="look again", key=key)
+        assert sent.status_code == 303 and "notice=steer-waits" in sent.headers["Location"]
+    assert [s.text for s in store.peek_steers("work")] == ["look again"]
+    reused = post(base, "steer", "work", token, text="something else", key=key)
+    assert reused.status_code == 409 and "another text" in reused.text
+    assert [s.text for s in store.peek_steers("work")] == ["look again"]
+    next_page = get(f"{base}/session?id=work").text
+    assert f'value="{key}"' not in next_page  # each page its own key: its form is a new steer
+
+
 def test_steer_cancel_fork_and_delete_go_through_the_store(base: str, store: sqlite.SQLiteStore) -> None:
     store.save("work", [Message.user("a"), Message.assistant("b"), Message.user("c")])
     token = csrf(get(f"{base}/session?id=work").text)

@@ -79,20 +79,21 @@ class Replica:
     def replica(self) -> str:
         return f"replica-{self.name.lower()}"
 
-    def call(self, method: str, path: str = "", body: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+    def call(
+        self, method: str, path: str = "", body: dict[str, str] | None = None, key: str | None = None
+    ) -> tuple[int, dict[str, Any]]:
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            self.url + path, data=data, method=method, headers={"Content-Type": "application/json"}
-        )
+        headers = {"Content-Type": "application/json", **({"Idempotency-Key": key} if key is not None else {})}
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
             with HTTP.open(request, timeout=10) as response:
                 return response.status, json.loads(response.read())
         except urllib.error.HTTPError as error:
             return error.code, json.loads(error.read())
 
-    def post(self, path: str, text: str | None = None) -> tuple[int, dict[str, Any]]:
-        status, answer = self.call("POST", path, None if text is None else {"text": text})
-        shown = "" if text is None else f" {text!r}"
+    def post(self, path: str, text: str | None = None, key: str | None = None) -> tuple[int, dict[str, Any]]:
+        status, answer = self.call("POST", path, None if text is None else {"text": text}, key)
+        shown = ("" if text is None else f" {text!r}") + ("" if key is None else f" (Idempotency-Key {key})")
         self.timeline.note(self.name, f"POST {path}{shown} -> {status} {_summary(answer)}")
         return status, answer
 
@@ -226,9 +227,14 @@ def _steer_lands_across_replicas(a: Replica, b: Replica, gates: Gates) -> list[s
     status, started = a.post("/messages", "my invoice is wrong")
     assert (status, started["replica"], started["started"]) == (202, a.replica, True)
     b.wait_state("running", a.replica, "my invoice is wrong")
-    status, steered = b.post("/steer", "I am on the Pro plan")
+    status, steered = b.post("/steer", "I am on the Pro plan", key="req-pro")
     assert status == 202
     assert (steered["delivered"], steered["state"], steered["started"]) == ("store", "running", False)
+    # The client lost B's answer and sends the request again; the balancer picks A this time.
+    status, again = a.post("/steer", "I am on the Pro plan", key="req-pro")
+    assert (status, again["state"], again["started"]) == (202, "running", False)
+    status, reused = b.post("/steer", "I am on the Free plan", key="req-pro")
+    assert status == 409 and "another text" in reused["error"]
     gates.open_next("A's model calls look_up")
     landed = wait_for("the steer in the transcript", lambda: "I am on the Pro plan" in _user_texts(a.get()))
     assert landed

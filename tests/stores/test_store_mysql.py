@@ -39,6 +39,7 @@ from agentsessions.testing import storetest
 from tests.support.crossprocess import check_steers_across_processes
 from tests.support.proxy import Proxy, proxied
 from tests.support.replicas import check_replicas_notice_each_other, numbered_transcript
+from tests.support.schema_v1 import v1_mysql_statements
 from tests.support.servers import MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, require_server
 from tests.support.waiting import wait_for
 
@@ -166,6 +167,30 @@ def test_an_empty_database_raises_schema_missing_naming_the_schema_to_run(admin:
                 call()
     finally:
         _drop(admin, empty)
+
+
+def test_a_database_made_before_schema_versions_is_refused_by_name_until_migrated(admin: Any) -> None:
+    old = _create(admin, tables=False)
+    try:
+        conn = connect(old)
+        with conn.cursor() as cur:
+            for stmt in v1_mysql_statements():  # the previous release's SCHEMA: no version, no steer keys
+                cur.execute(stmt)
+        conn.commit()
+        conn.close()
+        store = mysql.MySQLStore(functools.partial(connect, old))
+        with pytest.raises(
+            agent.SchemaMissingError, match=rf"version 1 .* version {mysql.SCHEMA_VERSION}; run: agentsessions migrate"
+        ):
+            store.add_steer("s", "keyed", key="request-1")
+        applied = store.migrator().apply(wait=30)
+        assert [step.version for step in applied.steps] == list(range(2, mysql.SCHEMA_VERSION + 1))
+        store = mysql.MySQLStore(functools.partial(connect, old))  # a new object reads the version again
+        for _ in range(2):
+            assert store.add_steer("s", "keyed", key="request-1") is agent.RunState.IDLE
+        assert store.take_steers("s") == ["keyed"] and store.delete("s") is True
+    finally:
+        _drop(admin, old)
 
 
 def test_a_single_connection_is_refused_with_what_to_pass_instead(database: str) -> None:
@@ -319,6 +344,7 @@ def test_renewing_a_thousand_claims_is_one_update_and_a_select_only_to_report(
     single = PooledDB(pymysql, maxconnections=1, maxcached=1, blocking=True, **_server(database))
     try:
         counting = mysql.MySQLStore(single.connection)
+        counting.schema_version()  # read once per store object, before the counted calls
         before_expiry = store.info("renew-0500").lease_expires_at
         # All renewed and none asked to cancel: the UPDATE's own answer says so, nothing to read.
         assert _statements(single, lambda: counting.renew(claims), selects=0) == Renewal()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import functools
+import hashlib
 import itertools
 import json
 import re
@@ -13,13 +14,13 @@ import sys
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
 import pytest
 
-from agentsessions.errors import SessionBusyError
+from agentsessions.errors import ConflictError, SessionBusyError
 from agentsessions.messages import Message, check_transcript
 from agentsessions.runs import Claim, Progress, RunState, SessionInfo, check_updated_before, state_filter, utcnow
 from agentsessions.session import RunStore, Store, check_fork_at, check_session_id, check_steer
@@ -274,9 +275,13 @@ class PagesOnUpdatedAtOnly(MemoryStore):
     """Lists in pages of 7 after the last ``updated_at`` seen, dropping the rest of a run of ties."""
 
     def sessions(
-        self, *, state: RunState | Collection[RunState] | None = None, updated_before: object = None
+        self,
+        *,
+        state: RunState | Collection[RunState] | None = None,
+        updated_before: object = None,
+        metadata: object = None,
     ) -> Iterator[SessionInfo]:
-        """Check the arguments, then page lazily."""
+        """Check the arguments, then page lazily (by state only: the listing property is the one it breaks)."""
         state_filter(state), check_updated_before(updated_before)
         return self.pages(state, updated_before)
 
@@ -340,6 +345,125 @@ class ForksOverSessions(MemoryStore):
         super().fork(session_id, new_id, at=at)
 
 
+class NeverSaysItTookOver(MemoryStore):
+    """Takes over a stalled session but reports every claim as a first one."""
+
+    def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
+        """Claim, dropping ``took_over``."""
+        return attrs.evolve(super().claim(session_id, replica=replica, lease=lease), took_over=False)
+
+
+class TookOverWhatWasHeldBefore(MemoryStore):
+    """Reports a take-over whenever some run held the session before, released or not."""
+
+    def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
+        """Claim, saying it took over when the session had a holder."""
+        entry = self._sessions.get(session_id)
+        held = entry is not None and entry.holder is not None
+        return attrs.evolve(super().claim(session_id, replica=replica, lease=lease), took_over=held)
+
+
+class IgnoresSteerKeys(MemoryStore):
+    """Takes a key and stores every keyed steer all the same: a retry is a second steer."""
+
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
+        """Add the steer, whatever the key."""
+        return super().add_steer(session_id, text)
+
+
+class ForgetsKeysWhenTaken(MemoryStore):
+    """Keeps a key only while its steer waits: a retry after the run took it is a second steer."""
+
+    def take_steers(self, session_id: str) -> list[str]:
+        """Take the steers and drop the session's keys."""
+        taken = super().take_steers(session_id)
+        entry = self._sessions.get(session_id)
+        if entry is not None:
+            entry.keys.clear()
+        return taken
+
+
+class ChecksKeysApart(MemoryStore):
+    """Checks the key, then adds the steer in a second step: retries racing each other both store."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kept: dict[tuple[str, str], str] = {}
+
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
+        """Look the key up, give other threads the moment between, then add."""
+        if key is None:
+            return super().add_steer(session_id, text)
+        kept = self.kept.get((session_id, key))
+        if kept is not None:
+            if kept != text:
+                raise ConflictError("another text")
+            return self.info(session_id).state
+        time.sleep(0.01)  # the gap between two steps, widened so that every racing thread falls into it
+        self.kept[(session_id, key)] = text
+        return super().add_steer(session_id, text)
+
+
+class KeepsKeysAfterDelete(MemoryStore):
+    """Remembers keys across delete: a new conversation under the same id cannot use an old key."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kept: dict[tuple[str, str], bytes] = {}
+
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
+        """Keep keys outside the session's entry."""
+        if key is None:
+            return super().add_steer(session_id, text)
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+        if (session_id, key) in self.kept:
+            if self.kept[(session_id, key)] != digest:
+                raise ConflictError("another text")
+            return self.info(session_id).state
+        self.kept[(session_id, key)] = digest
+        return super().add_steer(session_id, text, key=key)
+
+
+class MergesMetadata(MemoryStore):
+    """Adds the given pairs to what the session held, where set_metadata replaces the whole."""
+
+    def set_metadata(self, session_id: str, metadata: Mapping[str, str]) -> None:
+        """Merge, the mistake."""
+        super().set_metadata(session_id, {**self.info(session_id).metadata, **metadata})
+
+
+class MatchesMetadataByPrefix(MemoryStore):
+    """Lists a session when its value starts with the one asked for, as a LIKE 'v%' would."""
+
+    def sessions(
+        self,
+        *,
+        state: RunState | Collection[RunState] | None = None,
+        updated_before: datetime.datetime | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Iterator[SessionInfo]:
+        """Every session whose values start with the asked ones."""
+        everything = super().sessions(state=state, updated_before=updated_before)
+        asked = dict(metadata or {})
+        return (
+            info for info in everything if all(info.metadata.get(k, "\x00").startswith(v) for k, v in asked.items())
+        )
+
+
+class KeylessRunStore(MemoryStore):
+    """A run store written before steer keys: its add_steer takes no key."""
+
+    def add_steer(self, session_id: str, text: str) -> RunState:  # type: ignore[override]
+        """Add the steer."""
+        return super().add_steer(session_id, text)
+
+
+def test_a_run_store_whose_add_steer_takes_no_key_skips_the_key_property() -> None:
+    report = storetest.check(storetest.KEYS, KeylessRunStore, max_examples=2)
+    assert report.skipped == (storetest.KEYS,)
+    assert storetest.check(storetest.KEYS, MemoryStore, max_examples=2).skipped == ()
+
+
 def test_memory_store_passes_and_reports_examples() -> None:
     report = storetest.run(MemoryStore, max_examples=EXAMPLES)
     assert tuple(report.examples) == storetest.PROPERTIES
@@ -349,13 +473,20 @@ def test_memory_store_passes_and_reports_examples() -> None:
     assert report.examples["run states follow their transitions"] >= EXAMPLES
     assert report.total == sum(report.examples.values())
     assert report.seconds > 0
-    assert re.fullmatch(r"storetest: \d+ examples over 21 properties in \d+\.\d s", str(report))
+    pattern = rf"storetest: \d+ examples over {len(storetest.PROPERTIES)} properties in \d+\.\d s"
+    assert re.fullmatch(pattern, str(report))
 
 
 def test_a_store_with_only_the_seed_methods_skips_the_run_properties() -> None:
     assert not isinstance(DictStore(), RunStore)
     report = storetest.run(DictStore, max_examples=2)
-    skipped = (*storetest.RUN_PROPERTIES, storetest.FORK)
+    skipped = (
+        *storetest.RUN_PROPERTIES,
+        storetest.KEYS,
+        storetest.FORK,
+        *storetest.APPROVAL_PROPERTIES,
+        storetest.METADATA,
+    )
     assert report.skipped == skipped
     assert tuple(report.examples) == tuple(p for p in storetest.PROPERTIES if p not in skipped)
     assert str(report).endswith(f"({len(skipped)} skipped for capabilities the store lacks)")
@@ -410,6 +541,14 @@ BROKEN_RUNS = [
     pytest.param(storetest.ARGUMENTS, IgnoresWhatIsNotASeq, id="ignores-bad-taken"),
     pytest.param(storetest.FORK, ForksEverything, id="fork-ignores-at"),
     pytest.param(storetest.FORK, ForksOverSessions, id="fork-replaces-a-session"),
+    pytest.param("a claim says whether it took over a lapsed lease", NeverSaysItTookOver, id="never-took-over"),
+    pytest.param("a claim says whether it took over a lapsed lease", TookOverWhatWasHeldBefore, id="took-over-ended"),
+    pytest.param(storetest.KEYS, IgnoresSteerKeys, id="ignores-steer-keys"),
+    pytest.param(storetest.KEYS, ForgetsKeysWhenTaken, id="forgets-keys-when-taken"),
+    pytest.param(storetest.KEYS, ChecksKeysApart, id="checks-keys-apart"),
+    pytest.param(storetest.KEYS, KeepsKeysAfterDelete, id="keeps-keys-after-delete"),
+    pytest.param(storetest.METADATA, MergesMetadata, id="merges-metadata"),
+    pytest.param(storetest.METADATA, MatchesMetadataByPrefix, id="matches-metadata-by-prefix"),
 ]
 
 

@@ -136,7 +136,7 @@ def _postgres(settings: Mapping[str, Any]) -> tuple[RunStore, Callable[[], None]
     if settings.get("PORT"):
         params["port"] = int(settings["PORT"])
     pool: ConnectionPool[Any] = ConnectionPool(
-        kwargs=params, min_size=1, max_size=POOL_SIZE, check=postgres.check_connection, open=False, name="agentsessions"
+        kwargs=params, min_size=1, max_size=POOL_SIZE, open=False, name="agentsessions"
     )
     _opening(pool.open, wait=True, timeout=2 * CONNECT_TIMEOUT)
     return postgres.PostgresStore(pool), pool.close

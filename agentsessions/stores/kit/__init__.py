@@ -16,8 +16,11 @@ Each module is one concern the stores would otherwise each write again:
   that ``agentsessions migrate`` drives).
 - :mod:`agentsessions.stores.kit.values`: what a record's values read back as (``text``
   from bytes; ``utc``, ``micros``, ``moment`` and ``span`` for the database's times).
-- :mod:`agentsessions.stores.kit.arguments`: the arguments of ``claim``, ``save_run`` and
-  ``renew``, checked before any I/O (a ``TypeError`` or ``ValueError`` naming the argument).
+- :mod:`agentsessions.stores.kit.arguments`: the arguments of ``add_steer``, ``claim``,
+  ``save_run`` and ``renew``, checked before any I/O (a ``TypeError`` or ``ValueError``
+  naming the argument).
+- :mod:`agentsessions.stores.kit.steerkeys`: idempotent steers (``digest`` of a steer's
+  text, kept beside its key; ``conflict``, the error for a key reused with another text).
 
 The record itself, its states and the checks of single values (ids, steers, leases, ends)
 are in :mod:`agentsessions.runs` and :mod:`agentsessions.session`; the encoding of

@@ -1,6 +1,6 @@
 """The arguments of a store's run calls, checked in one place before any I/O.
 
-``claim``, ``save_run`` and ``renew`` take values that go straight into SQL parameters, Lua
+``add_steer``, ``claim``, ``save_run`` and ``renew`` take values that go straight into SQL parameters, Lua
 arguments or documents, where a wrong type ends as a driver's own error deep in a codec
 (an ``AttributeError`` from ``claim.session_id``), an ``OverflowError`` from a 64-bit
 column, or, worse, as nothing at all: a ``taken`` of ``["x"]`` matches no steer and is
@@ -8,6 +8,7 @@ accepted. Every store calls these first, so a caller's mistake is the same
 ``TypeError`` (a wrong type) or ``ValueError`` (a wrong value) on every store, naming the
 argument, what it should be and what arrived, and nothing is written::
 
+    session_id, text, key = arguments.add_steer(session_id, text, key)
     session_id, replica, lease = arguments.claim(session_id, replica, lease)
     call = arguments.save_run(claim, taken, end, unless_steered)
     claims = arguments.renew(claims)
@@ -24,9 +25,9 @@ from collections.abc import Iterable, Mapping
 import attrs
 
 from agentsessions.runs import Claim, RunState, check_end, check_lease
-from agentsessions.session import check_session_id
+from agentsessions.session import check_session_id, check_steer, check_steer_key
 
-__all__ = ["MAX_SEQ", "SaveRun", "claim", "renew", "save_run"]
+__all__ = ["MAX_SEQ", "SaveRun", "add_steer", "claim", "renew", "save_run"]
 
 MAX_SEQ = 2**63 - 1
 """The largest steer seq or fencing token: every store keeps them in a signed 64-bit integer."""
@@ -40,6 +41,11 @@ class SaveRun:
     taken: list[int]
     end: RunState | None
     unless_steered: bool
+
+
+def add_steer(session_id: object, text: object, key: object) -> tuple[str, str, str | None]:
+    """``add_steer``'s arguments, checked: the session id, the steer's text, and its key or ``None``."""
+    return check_session_id(session_id), check_steer(text), check_steer_key(key)
 
 
 def claim(session_id: object, replica: object, lease: object) -> tuple[str, str, float]:

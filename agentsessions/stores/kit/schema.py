@@ -57,17 +57,21 @@ def migrate_command(url: str = "URL") -> str:
     return f"agentsessions migrate --store {url}"
 
 
-def check_version(found: int | None, wanted: int, *, store: str, create: str, url: str = "URL") -> int:
+def check_version(
+    found: int | None, wanted: int, *, store: str, create: str, url: str = "URL", missing: BaseException | None = None
+) -> int:
     """``found`` if this release can use a database at that version; otherwise the error saying what to do.
 
     ``found`` is the version the database records (``None``: none of the store's tables
     exist); ``wanted`` is the store's ``SCHEMA_VERSION``; ``store`` names the store in the
     message (``"PostgreSQL store"``); ``create`` says what creates the schema from nothing
     (``"run agentsessions.stores.postgres.SCHEMA once in this database"``); ``url`` is shown
-    in the migrate command. Accepted: ``wanted`` and ``wanted + 1``.
+    in the migrate command; ``missing``, the driver's error that said a table is missing,
+    is what the error for no tables is chained from. Accepted: ``wanted`` and ``wanted + 1``.
     """
     if found is None:
-        raise SchemaMissingError(f"{store}: its tables are missing; {create} (or: {migrate_command(url)})")
+        error = SchemaMissingError(f"{store}: its tables are missing; {create} (or: {migrate_command(url)})")
+        raise error from missing
     if found < wanted:
         raise SchemaMissingError(
             f"{store}: the database's schema is version {found} and this release needs version {wanted}; "

@@ -60,9 +60,11 @@ try:
 except ImportError as error:  # pragma: no cover - depends on what is installed
     raise ImportError("agentsessions.stores.mongodb needs pymongo: pip install agentsessions[mongodb]") from error
 
+from agentsessions.approvals import Approval, Decision, pending_error
 from agentsessions.codec import encode_text, load_message
 from agentsessions.errors import SchemaMissingError, StoreError
 from agentsessions.messages import Message
+from agentsessions.metadata import check_metadata, metadata_filter, pair_texts
 from agentsessions.runs import (
     ENDINGS,
     Claim,
@@ -78,12 +80,13 @@ from agentsessions.runs import (
     superseded,
     utcnow,
 )
-from agentsessions.session import check_fork_at, check_session_id, check_steer
-from agentsessions.stores.kit import arguments
+from agentsessions.session import check_fork_at, check_session_id
+from agentsessions.stores.kit import arguments, steerkeys
 from agentsessions.stores.kit.failures import could_not, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
 from agentsessions.stores.kit.values import micros
+from agentsessions.stores.mongodb import _approvals, _layout
 from agentsessions.stores.mongodb._fork import PrefixCopy, forked, taken
 from agentsessions.stores.mongodb._layout import (
     RUNNING,
@@ -101,7 +104,10 @@ from agentsessions.stores.mongodb._layout import (
     in_states,
     index_key,
     info_of,
+    kept_digest,
+    kept_key,
     key,
+    key_size,
     lease_micros,
     moment,
     next_state,
@@ -124,7 +130,11 @@ COUNTERS = "agentsessions_counters"
 # The unique message key is what makes a stale writer's insert fail instead of overwriting
 # a message a reader may be reading. The listing index serves sessions()' keyset pages.
 INDEXES: dict[str, list[pymongo.IndexModel]] = {
-    SESSIONS: [pymongo.IndexModel([("updated_at", -1), ("sort", -1)], name="agentsessions_sessions_listing")],
+    SESSIONS: [
+        pymongo.IndexModel([("updated_at", -1), ("sort", -1)], name="agentsessions_sessions_listing"),
+        # A multikey index: one entry per metadata pair, each pair's sessions newest first.
+        pymongo.IndexModel([("metadata", 1), ("updated_at", -1), ("sort", -1)], name="agentsessions_sessions_metadata"),
+    ],
     MESSAGES: [
         pymongo.IndexModel(
             [("session_id", 1), ("epoch", 1), ("position", 1), ("chunk", 1)],
@@ -143,15 +153,17 @@ PAGE_SIZE = 500
 #   session: {_id, sort (the id's bytes in hex), revision, length, segments: [{epoch, start}],
 #             garbage: [{epoch, start}], updated_at, run_state, token, holder, lease,
 #             lease_expires_at, cancel_requested, steers: [{seq, text: Binary}], steer_seq,
-#             steer_bytes}; absent fields are null, 0, false or empty
+#             steer_bytes, steer_keys: [{k: Binary key, d: Binary SHA-256 of the text}]};
+#             absent fields are null, 0, false or empty
 #   message: {session_id, epoch, position, body}, and when split, `chunks` on the first
 #            piece and `chunk` (1, 2...) on the others
 #   counter: {_id: "tokens", value}
 # A message body is codec JSON as a string, never a sub-document (which would reorder and
 # drop a tool call's duplicate keys), or Binary pieces of that JSON's UTF-8 when split.
 # `garbage` lists what the last save left to delete: the next save deletes it again, in
-# case a crash stopped it. `steer_bytes` sums the pending steers' sizes, to refuse a steer
-# before the document passes 16 MB; `steer_seq` numbers them and changes with each one.
+# case a crash stopped it. `steer_bytes` sums the pending steers' sizes and the kept keys'
+# (which stay after their steers are taken), to refuse a steer before the document passes
+# 16 MB; `steer_seq` numbers the steers and changes with each one.
 
 # What each call sends (session: the session document; messages: its message documents):
 #   save        find_one session; insert_many new messages; update_one session where the
@@ -159,10 +171,12 @@ PAGE_SIZE = 500
 #   save_run    the same, the commit also conditional on the token (and, to release,
 #               on no steer having arrived), pulling the taken steers
 #   messages    find_one session; find the messages of each run; find_one session again
-#   add_steer   find_one_and_update session (a pipeline: push the steer, count it); when
-#               there is no session document, update_one inserting it with the steer
+#   add_steer   find_one_and_update session (a pipeline: push the steer, count it, and keep
+#               its key, the filter requiring the key new); when nothing matched, find_one
+#               session (a retry of a kept key, or no room), or update_one inserting it
 #   take_steers find_one session; update_one session pulling the steers read, if all still there
-#   claim       find_one_and_update counter ($inc); update_one session where not held (upsert)
+#   claim       find_one_and_update counter ($inc); update_one session where never held or
+#               ended (upsert); if it is held, update_one where its lease lapsed (a take-over)
 #   renew       bulk_write of one update per claim; find the sessions' tokens and cancel flags
 #   delete      find_one session; delete_one session if its revision is still the one read
 #               (the commit); bulk_write a delete_many per epoch it named
@@ -172,10 +186,15 @@ PAGE_SIZE = 500
 
 _RUN_FIELDS = {**STATE_FIELDS, "token": 1, "run_state": 1, "cancel_requested": 1, "steers": 1, "steer_seq": 1}
 _INFO_FIELDS = dict.fromkeys(
-    ("sort", "length", "updated_at", "run_state", "holder", "lease_expires_at", "cancel_requested", "steers.seq"), 1
+    (
+        *("sort", "length", "updated_at", "run_state", "holder", "lease_expires_at", "cancel_requested"),
+        *("steers.seq", "pending_approvals", "metadata"),
+    ),
+    1,
 )  # steers.seq: their count without their text
 _BODY_FIELDS = {"_id": 0, "position": 1, "chunk": 1, "chunks": 1, "body": 1}
 _ORDER = [("updated_at", -1), ("sort", -1)]
+_KEPT_FIELDS = {"steer_bytes": 1, "steer_keys": 1, "run_state": 1, "lease_expires_at": 1}
 _FOREVER = 2**63 - 1  # `updated_at < this` holds for every saved session and no other
 
 
@@ -234,26 +253,34 @@ class MongoStore:
                     return loaded
         raise self._gave_up("read the transcript", session_id, "saves kept changing it while it was read")
 
-    def add_steer(self, session_id: str, text: str) -> RunState:
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
         """Leave a steer for the session's run; returns the session's state as it was stored.
 
-        Raises :class:`StoreError`, storing nothing, when the steers waiting would pass
-        15 MiB: they live in the session's document, which MongoDB limits to 16 MB.
+        A ``key`` the session holds stores nothing: the state for the same text, a
+        :class:`ConflictError` for another. Keys live in the session's document with the
+        steers (one update checks the key and adds both). Raises :class:`StoreError`,
+        storing nothing, when the steers waiting and the keys kept would pass 15 MiB: the
+        document is limited to 16 MB.
         """
-        check_session_id(session_id)
-        data = encode_text(check_steer(text))
-        size = len(data) + STEER_OVERHEAD
+        session_id, text, steer_key = arguments.add_steer(session_id, text, key)
+        data = encode_text(text)
+        kept = None if steer_key is None else kept_key(steer_key, steerkeys.digest(text))
+        size = len(data) + STEER_OVERHEAD + (key_size(kept) if kept is not None else 0)
         if size > STEER_ROOM:
             raise too_many_steers(self.database.name, session_id, size, 0)
-        stored = key(session_id)
+        stored = _layout.key(session_id)  # the parameter hides the layout's key()
         with self._errors("add a steer", session_id):
             for _ in attempts(self._timeout):
-                state = self._push_steer(session_id, stored, Binary(data), size)
+                state = self._push_steer(session_id, stored, Binary(data), size, kept)
                 if state is not None:
                     return state
-                waiting = self._sessions.find_one({"_id": stored}, {"steer_bytes": 1})
-                if waiting is not None and waiting.get("steer_bytes", 0) + size > STEER_ROOM:
-                    raise too_many_steers(self.database.name, session_id, size, waiting["steer_bytes"])
+                doc = self._sessions.find_one({"_id": stored}, _KEPT_FIELDS if kept else {"steer_bytes": 1})
+                if kept is not None and steer_key is not None and doc is not None:
+                    digest = kept_digest(doc, kept)
+                    if digest is not None and not steerkeys.fresh(digest, text, session_id, steer_key):
+                        return derive_state(doc.get("run_state"), moment(doc.get("lease_expires_at")), utcnow())
+                if doc is not None and doc.get("steer_bytes", 0) + size > STEER_ROOM:
+                    raise too_many_steers(self.database.name, session_id, size, doc["steer_bytes"])
         raise self._gave_up("add a steer", session_id, "its document kept being created and deleted")
 
     def take_steers(self, session_id: str) -> list[str]:
@@ -278,14 +305,28 @@ class MongoStore:
             doc = self._sessions.find_one({"_id": key(session_id)}, _INFO_FIELDS)
         return SessionInfo(session_id) if doc is None else info_of(session_id, doc, utcnow())
 
+    def set_metadata(self, session_id: str, metadata: Mapping[str, str]) -> None:
+        """Make ``metadata`` the session's whole metadata: one update of its document, made if there is none."""
+        check_session_id(session_id)
+        pairs = pair_texts(check_metadata(metadata))
+        update = {"$set": {"metadata": pairs}, "$setOnInsert": {"sort": sort_key(session_id)}}
+        with self._errors("set the metadata", session_id):
+            self._sessions.update_one({"_id": key(session_id)}, update, upsert=True)
+
     def sessions(
-        self, *, state: RunState | Several[RunState] | None = None, updated_before: datetime.datetime | None = None
+        self,
+        *,
+        state: RunState | Several[RunState] | None = None,
+        updated_before: datetime.datetime | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> Iterator[SessionInfo]:
-        """Every session, newest update first (never saved last), fetched in pages, each exactly once."""
-        states, before = state_filter(state), check_updated_before(updated_before)
-        saved = {"updated_at": {"$lt": _FOREVER if before is None else micros(before)}}
+        """Every session (holding each pair of ``metadata``), newest update first (never saved last), in pages."""
+        states, before, pairs = state_filter(state), check_updated_before(updated_before), metadata_filter(metadata)
+        saved: dict[str, Any] = {"updated_at": {"$lt": _FOREVER if before is None else micros(before)}}
         # Saved sessions first, then the never saved ones (no updated_at), each in keyset pages.
         phases: list[dict[str, Any]] = [saved] if before is not None else [saved, {"updated_at": None}]
+        if pairs:
+            phases = [{**phase, "metadata": {"$all": pair_texts(pairs)}} for phase in phases]
         return self._listing(phases, states)
 
     def _listing(self, phases: list[dict[str, Any]], states: frozenset[RunState] | None) -> Iterator[SessionInfo]:
@@ -373,18 +414,44 @@ class MongoStore:
             for _ in attempts(self._timeout):
                 token, now = self._next_token(), micros(utcnow())
                 lapsed = {"lease_expires_at": {"$not": {"$gt": now}}}  # as derive_state: no lease is no hold
-                # Free: never held, ended, or stalled; never a state a newer version wrote.
-                ended = {"run_state": {"$in": [None, *sorted(state.value for state in ENDINGS)]}}
-                free = {"_id": stored, "$or": [ended, {"run_state": RUNNING, **lapsed}]}
+                # Free: never held or ended (the upsert), or stalled (the second update, apart so
+                # that the claim knows it took over; the rare case pays for it); never a state a
+                # newer version wrote. A waiting session is free once every call is decided.
+                done = {"run_state": {"$in": [None, *sorted(state.value for state in ENDINGS)]}}
+                ended = {"_id": stored, "$or": [done, _approvals.FREE_WAIT]}
                 held = {"run_state": RUNNING, "token": token, "holder": key(replica), "lease": lease}
                 held |= {"lease_expires_at": now + lease_micros(lease), "cancel_requested": False}
                 with suppress(DuplicateKeyError):  # the document exists and the filter refused it
-                    self._sessions.update_one(free, {"$set": held, "$setOnInsert": _new(session_id)}, upsert=True)
+                    self._sessions.update_one(ended, {"$set": held, "$setOnInsert": _new(session_id)}, upsert=True)
                     return Claim(session_id, token, replica, lease)
+                stalled = {"_id": stored, "run_state": RUNNING, **lapsed}
+                if self._sessions.update_one(stalled, {"$set": held}).matched_count:
+                    return Claim(session_id, token, replica, lease, took_over=True)
                 doc = self._sessions.find_one({"_id": stored}, _INFO_FIELDS)
                 if doc is not None and (info := info_of(session_id, doc, utcnow())).state is RunState.RUNNING:
                     raise busy(session_id, info.holder, info.lease_expires_at)
+                if doc is not None and info.state is RunState.WAITING and info.pending_approvals:
+                    raise pending_error(session_id, info.pending_approvals)
         raise self._gave_up("claim", session_id, "its record kept changing")
+
+    # --- Approvals (the document's fields: see _approvals) -----------------------------------
+
+    def wait(self, claim: Claim, approvals: Sequence[Approval]) -> None:
+        """Release the session held by ``claim`` as ``WAITING`` for ``approvals``, in one conditional update."""
+        with self._errors("wait for approval", getattr(claim, "session_id", None)):
+            _approvals.wait(self._sessions, claim, approvals)
+
+    def approvals(self, session_id: str) -> list[Approval]:
+        """The calls of the session's latest wait, decided or not."""
+        check_session_id(session_id)
+        with self._errors("read the approvals", session_id):
+            return _approvals.approvals(self._sessions, session_id)
+
+    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
+        """Record ``decisions`` on the waiting calls, all or none, in one conditional update; the state after."""
+        check_session_id(session_id)
+        with self._errors("record the decisions", session_id):
+            return _approvals.decide(self._sessions, session_id, decisions)
 
     def peek_steers(self, session_id: str) -> list[Steer]:
         """The waiting steers, oldest first, left in place."""
@@ -526,10 +593,14 @@ class MongoStore:
 
     # --- Steers and tokens -----------------------------------------------------------------
 
-    def _push_steer(self, session_id: str, stored: object, text: Binary, size: int) -> RunState | None:
-        """Append a steer with the next seq if the steers waiting leave room; the state then, or ``None``."""
-        pipeline = steer_pipeline(session_id, text, size)  # the filter leaves room under the 16 MB limit
-        room = {"_id": stored, "steer_bytes": {"$not": {"$gt": STEER_ROOM - size}}}
+    def _push_steer(
+        self, session_id: str, stored: object, text: Binary, size: int, kept: Mapping[str, Binary] | None
+    ) -> RunState | None:
+        """Append a steer with the next seq if there is room (and its key is new); the state then, or ``None``."""
+        pipeline = steer_pipeline(session_id, text, size, kept)  # the filter leaves room under the 16 MB limit
+        room: dict[str, Any] = {"_id": stored, "steer_bytes": {"$not": {"$gt": STEER_ROOM - size}}}
+        if kept is not None:
+            room["steer_keys.k"] = {"$ne": kept["k"]}  # the key's check and the steer's adding: one update
         doc = self._sessions.find_one_and_update(
             room, pipeline, projection={"run_state": 1, "lease_expires_at": 1}, return_document=ReturnDocument.AFTER
         )

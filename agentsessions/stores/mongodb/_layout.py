@@ -24,6 +24,7 @@ from pymongo import UpdateOne
 
 from agentsessions.codec import decode_text, dump_message, encode_text
 from agentsessions.errors import StoreError
+from agentsessions.metadata import from_pair_texts
 from agentsessions.runs import Claim, Progress, RunState, SessionInfo, Steer, derive_state
 from agentsessions.stores.kit import values
 from agentsessions.stores.kit.incremental import SavePlan, new_revision
@@ -222,7 +223,7 @@ def index_key(index: Mapping[str, Any]) -> tuple[tuple[tuple[str, Any], ...], bo
 
 RUNNING = RunState.RUNNING.value
 STEER_OVERHEAD = 64  # bytes a steer's seq and field names take in the document, rounded up
-STEER_ROOM = 15 * 1024 * 1024  # pending steers' bytes, under the 16 MB document limit
+STEER_ROOM = 15 * 1024 * 1024  # pending steers' bytes and kept steer keys', under the 16 MB document limit
 
 
 @attrs.frozen
@@ -273,23 +274,38 @@ class RunStep:
         return cls(claim.lease, condition, operators, {}, Progress(cancel, pending))
 
 
-def steer_pipeline(session_id: str, text: Binary, size: int) -> list[Any]:
+def steer_pipeline(session_id: str, text: Binary, size: int, kept: Mapping[str, Binary] | None = None) -> list[Any]:
     """The update that appends a steer of ``size`` bytes to a session document, numbering it.
 
     A pipeline, so the steer carries the seq this same update counts to; it also gives a
-    document it creates its sort key.
+    document it creates its sort key. ``kept`` is a keyed steer's :func:`kept_key` entry,
+    appended to ``steer_keys`` in the same update (its filter makes sure the key is new).
     """
     steer = {"seq": "$steer_seq", "text": {"$literal": text}}
-    return [
-        {"$set": {"steer_seq": {"$add": [{"$ifNull": ["$steer_seq", 0]}, 1]}}},
-        {
-            "$set": {
-                "steers": {"$concatArrays": [{"$ifNull": ["$steers", []]}, [steer]]},
-                "steer_bytes": {"$add": [{"$ifNull": ["$steer_bytes", 0]}, size]},
-                "sort": {"$ifNull": ["$sort", {"$literal": sort_key(session_id)}]},
-            }
-        },
-    ]
+    fields: dict[str, Any] = {
+        "steers": {"$concatArrays": [{"$ifNull": ["$steers", []]}, [steer]]},
+        "steer_bytes": {"$add": [{"$ifNull": ["$steer_bytes", 0]}, size]},
+        "sort": {"$ifNull": ["$sort", {"$literal": sort_key(session_id)}]},
+    }
+    if kept is not None:
+        fields["steer_keys"] = {"$concatArrays": [{"$ifNull": ["$steer_keys", []]}, [{"$literal": dict(kept)}]]}
+    return [{"$set": {"steer_seq": {"$add": [{"$ifNull": ["$steer_seq", 0]}, 1]}}}, {"$set": fields}]
+
+
+def kept_key(key: str, digest: bytes) -> dict[str, Binary]:
+    """A steer key as the session document keeps it in ``steer_keys``: the key and its text's digest."""
+    return {"k": Binary(encode_text(key)), "d": Binary(digest)}
+
+
+def key_size(kept: Mapping[str, Binary]) -> int:
+    """The bytes a kept key adds to ``steer_bytes``: it stays in the document after its steer is taken."""
+    return len(kept["k"]) + len(kept["d"]) + STEER_OVERHEAD
+
+
+def kept_digest(doc: Mapping[str, Any] | None, kept: Mapping[str, Binary]) -> bytes | None:
+    """The digest a session document keeps for ``kept``'s key; ``None`` when it keeps none."""
+    entries = doc.get("steer_keys", ()) if doc is not None else ()
+    return next((bytes(entry["d"]) for entry in entries if bytes(entry["k"]) == bytes(kept["k"])), None)
 
 
 def too_many_steers(store: str, session_id: str, size: int, waiting: int) -> StoreError:
@@ -327,15 +343,21 @@ def holds(doc: Mapping[str, Any] | None, claim: Claim) -> bool:
 def info_of(session_id: str, doc: Mapping[str, Any], now: datetime.datetime) -> SessionInfo:
     """The record a session document holds, its state derived at ``now``."""
     expires, holder = moment(doc.get("lease_expires_at")), doc.get("holder")
+    state = derive_state(doc.get("run_state"), expires, now, session_id)
     return SessionInfo(
         session_id,
         doc.get("length", 0),
         moment(doc.get("updated_at")),
-        derive_state(doc.get("run_state"), expires, now, session_id),
+        state,
         None if holder is None else text_of(holder),
         expires,
         len(doc.get("steers", ())),
         bool(doc.get("cancel_requested", False)),
+        int(doc.get("pending_approvals", 0)) if state is RunState.WAITING else 0,
+        # An array of pairs, each the JSON text of [key, value]: one value per pair that a
+        # multikey index holds and a query names exactly (a key as a field name would not
+        # do: a dot or a leading $ means something there).
+        metadata=from_pair_texts(doc.get("metadata", ())),
     )
 
 

@@ -3,6 +3,9 @@
 The library never runs :data:`SCHEMA`: run each statement once per database, in your own
 migrations, and commit (``for stmt in mysql.SCHEMA: cur.execute(stmt)``, then
 ``conn.commit()``). Until then every call raises :class:`~agentsessions.errors.SchemaMissingError`.
+The schema's version is recorded in the table ``agentsessions_schema``; the store reads it
+at its first call and refuses an older one by name: ``agentsessions migrate --store
+mysql://...`` applies :data:`MIGRATIONS` under ``GET_LOCK`` (see ``_schema``).
 
 Each call asks ``connect()`` for a connection, uses it for one transaction and closes it,
 also on errors (a pooled one goes back to its pool), so one store object serves any
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import datetime
 import functools
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -39,18 +42,33 @@ except ImportError as error:  # pragma: no cover - depends on what is installed
     raise ImportError("agentsessions.stores.mysql needs PyMySQL: pip install agentsessions[mysql]") from error
 
 from agentsessions import runs
+from agentsessions.approvals import Approval, Decision, pending_error
 from agentsessions.codec import decode_text, encode_text
 from agentsessions.errors import ConflictError, SchemaMissingError, StoreError
 from agentsessions.messages import Message
+from agentsessions.metadata import check_metadata, load_metadata, metadata_filter
 from agentsessions.runs import UTC, Claim, Progress, Renewal, RunState, SessionInfo, Steer
-from agentsessions.session import check_fork_at, check_session_id, check_steer
-from agentsessions.stores.kit import arguments, values
+from agentsessions.session import check_fork_at, check_session_id
+from agentsessions.stores.kit import approvals as kit_approvals
+from agentsessions.stores.kit import arguments, steerkeys, values
+from agentsessions.stores.kit.approvals import check_wait, decode, encode, pending_count
 from agentsessions.stores.kit.failures import could_not, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
 from agentsessions.stores.mysql._errors import describe, duplicate_key, explain, lost, schema_missing
+from agentsessions.stores.mysql._schema import (
+    APPROVALS,
+    FIRST_VERSION,
+    METADATA,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    STEER_KEYS,
+    VERSIONS,
+    MySQLMigrator,
+    checked_version,
+)
 
-__all__ = ["SCHEMA", "MySQLStore"]
+__all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION", "MySQLMigrator", "MySQLStore", "migrator"]
 
 # Every stored value is binary, so nothing depends on the connection's character set or
 # on a collation. Ids (and holders) are the text's UTF-8 (surrogates passed through, 4 bytes
@@ -62,6 +80,8 @@ __all__ = ["SCHEMA", "MySQLStore"]
 # Steers are clustered by session: a locking read that scanned other sessions' rows would
 # wait for, and deadlock with, takers of those sessions.
 SCHEMA = [
+    VERSIONS,
+    FIRST_VERSION,
     """CREATE TABLE IF NOT EXISTS agentsessions_sessions (
     id               VARBINARY(1020) NOT NULL PRIMARY KEY,
     revision         BIGINT          NOT NULL,
@@ -93,7 +113,12 @@ SCHEMA = [
     value       BIGINT          NOT NULL
 ) ENGINE = InnoDB""",
     "INSERT IGNORE INTO agentsessions_tokens (id, value) VALUES (1, 0)",
+    STEER_KEYS,
+    APPROVALS,
+    METADATA,
 ]
+
+"""This version's whole schema, from nothing, its version row first: run each statement once per database."""
 
 PAGE = 500
 """How many sessions :meth:`MySQLStore.sessions` fetches in one query."""
@@ -151,6 +176,9 @@ WHERE s.id = %s ORDER BY m.position
 """
 _INSERT_STEER = "INSERT INTO agentsessions_steers (session_id, text) VALUES (%s, %s)"
 _SELECT_STEERS = "SELECT seq, text FROM agentsessions_steers WHERE session_id = %s ORDER BY seq"
+# Read and kept under the record's lock, so two retries of one key queue up and store one steer.
+_SELECT_KEY = "SELECT digest FROM agentsessions_steer_keys WHERE session_id = %s AND steer_key = %s"
+_INSERT_KEY = "INSERT INTO agentsessions_steer_keys (session_id, steer_key, digest) VALUES (%s, %s, %s)"
 # A taker waits for another's locked rows and then finds them deleted, so each steer has
 # one taker. The delete names the rows it read: a range could catch a steer added since.
 _LOCK_STEERS = """
@@ -175,6 +203,17 @@ _CANCEL = "UPDATE agentsessions_sessions SET cancel_requested = TRUE WHERE id = 
 # Record first, then what hangs off it: the order saves lock in, so the two never deadlock.
 _DELETE_SESSION = "DELETE s FROM agentsessions_sessions AS s FORCE INDEX (PRIMARY) WHERE s.id = %s"
 _DELETE_ALL_STEERS = "DELETE s FROM agentsessions_steers AS s FORCE INDEX (PRIMARY) WHERE s.session_id = %s"
+_DELETE_KEYS = "DELETE k FROM agentsessions_steer_keys AS k FORCE INDEX (PRIMARY) WHERE k.session_id = %s"
+_DELETE_APPROVALS = "DELETE a FROM agentsessions_approvals AS a FORCE INDEX (PRIMARY) WHERE a.session_id = %s"
+# Under the record's lock (_LOCK_SESSION), as every write of the session: a claim, a wait and
+# a decision queue up, so each decision reads the approvals the one before it left.
+_WAIT = "UPDATE agentsessions_sessions SET run_state = 'waiting', cancel_requested = FALSE WHERE id = %s"
+_PUT_APPROVALS = """
+INSERT INTO agentsessions_approvals (session_id, body, pending) VALUES (%s, %s, %s)
+ON DUPLICATE KEY UPDATE body = VALUES(body), pending = VALUES(pending)
+"""
+_SELECT_APPROVALS = "SELECT body, pending FROM agentsessions_approvals WHERE session_id = %s"
+_UPDATE_APPROVALS = "UPDATE agentsessions_approvals SET body = %s, pending = %s WHERE session_id = %s"
 # A fork reads the source's length under a shared lock, which every writer of a transcript
 # waits for (save, save_run and delete lock the record first), so the rows it copies are the
 # ones that length counts. The copy's SELECT is a consistent read under READ COMMITTED: it
@@ -203,23 +242,41 @@ _HELD = """
 SELECT id, token, cancel_requested FROM agentsessions_sessions FORCE INDEX (PRIMARY)
 WHERE id IN ({ids}) AND (id, token) IN ({pairs}) AND run_state = 'running'
 """
+# The metadata comes as one JSON object in UTF-8 bytes, whatever the connection's character set.
 _INFO_COLUMNS = """s.id, s.length, s.updated_at, s.run_state, s.holder, s.lease_expires_at,
-    (SELECT COUNT(*) FROM agentsessions_steers AS t WHERE t.session_id = s.id), s.cancel_requested, UTC_TIMESTAMP(6)"""
+    (SELECT COUNT(*) FROM agentsessions_steers AS t WHERE t.session_id = s.id), s.cancel_requested, UTC_TIMESTAMP(6),
+    (SELECT a.pending FROM agentsessions_approvals AS a WHERE a.session_id = s.id),
+    (SELECT CAST(JSON_OBJECTAGG(CONVERT(x.mkey USING utf8mb4), CONVERT(x.mvalue USING utf8mb4)) AS BINARY)
+     FROM agentsessions_metadata AS x WHERE x.session_id = s.id)"""
 _INFO = f"SELECT {_INFO_COLUMNS} FROM agentsessions_sessions AS s WHERE s.id = %s"
 # Keyset pages along the (updated_at, id) index, walked backwards: newest first, never-saved
 # (NULL) last, ties by id. A page starts after the last row of the one before, so a session
 # is listed once however many share one updated_at, and no page rescans what came before.
 _PAGE = f"""
-SELECT {_INFO_COLUMNS} FROM agentsessions_sessions AS s FORCE INDEX (agentsessions_sessions_by_update)
+SELECT {_INFO_COLUMNS} FROM {{source}}
 WHERE {{where}} ORDER BY s.updated_at DESC, s.id DESC LIMIT {PAGE}
 """
+_EVERY_SESSION = "agentsessions_sessions AS s FORCE INDEX (agentsessions_sessions_by_update)"
+# Listing by metadata starts from the first pair's rows in its index and sorts those: the
+# cost follows how many sessions hold the pair, not how many there are. Other pairs are
+# primary-key lookups.
+_HOLDING_PAIR = """agentsessions_metadata AS m FORCE INDEX (agentsessions_metadata_by_pair)
+    STRAIGHT_JOIN agentsessions_sessions AS s ON s.id = m.session_id"""
+_FIRST_PAIR = "m.mkey = %s AND m.mvalue = %s"
+_OTHER_PAIR = """EXISTS (SELECT 1 FROM agentsessions_metadata AS o
+    WHERE o.session_id = s.id AND o.mkey = %s AND o.mvalue = %s)"""
+_DELETE_METADATA = "DELETE x FROM agentsessions_metadata AS x FORCE INDEX (PRIMARY) WHERE x.session_id = %s"
+_INSERT_METADATA = "INSERT INTO agentsessions_metadata (session_id, mkey, mvalue) VALUES (%s, %s, %s)"
 _SAVED_AFTER = "(s.updated_at < %s OR (s.updated_at = %s AND s.id < %s))"
 _LIVE = "s.lease_expires_at > UTC_TIMESTAMP(6)"
 _STATE_SQL = {
     RunState.IDLE: "s.run_state IS NULL",
     RunState.RUNNING: f"(s.run_state = 'running' AND {_LIVE})",
     RunState.STALLED: f"(s.run_state = 'running' AND (s.lease_expires_at IS NULL OR NOT {_LIVE}))",
-    **{state: f"s.run_state = '{state.value}'" for state in (RunState.FINISHED, RunState.CANCELLED, RunState.FAILED)},
+    **{
+        state: f"s.run_state = '{state.value}'"
+        for state in (RunState.FINISHED, RunState.CANCELLED, RunState.FAILED, RunState.WAITING)
+    },
 }
 
 
@@ -264,6 +321,19 @@ class MySQLStore:
             )
         self.connect = connect
         self._known = KnownSessions()
+        self._version: int | None = None  # read at the first call
+
+    def migrator(self) -> MySQLMigrator:
+        """What migrates this store's database (``agentsessions migrate`` drives it); see :func:`migrator`."""
+        return migrator(self.connect)
+
+    def schema_version(self) -> int:
+        """The version of the database's schema, read once at this store object's first call."""
+        if self._version is None:
+            with self._transaction("read the schema version", None, locking=False):
+                pass
+        assert self._version is not None  # the first transaction reads it, or raises
+        return self._version
 
     def __repr__(self) -> str:
         # Never repr(connect): a partial's repr shows every keyword, the password among them.
@@ -295,18 +365,22 @@ class MySQLStore:
         bodies = [body for _, body in rows if body is not None]
         return self._known.read(session_id, rows[0][0] if rows else None, bodies)
 
-    def add_steer(self, session_id: str, text: str) -> RunState:
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
         """Leave a steer for the session's run; returns the session's state as it was stored.
 
         The session's row stays locked from reading the state to storing the steer, so a
-        run releasing the session either sees this steer or is seen released.
+        run releasing the session either sees this steer or is seen released. A ``key`` the
+        session holds stores nothing: the state for the same text, a
+        :class:`ConflictError` for another.
         """
-        key, data = encode_text(check_session_id(session_id)), encode_text(check_steer(text))
+        session_id, text, steer_key = arguments.add_steer(session_id, text, key)
+        sid, data = encode_text(session_id), encode_text(text)
         with self._transaction("add a steer", session_id, payload=len(data)) as cur:
-            cur.execute(_CREATE_SESSION, (key, new_revision()))
-            cur.execute(_LOCK_SESSION, (key,))
+            cur.execute(_CREATE_SESSION, (sid, new_revision()))
+            cur.execute(_LOCK_SESSION, (sid,))
             state = _Record.of(cur.fetchone(), session_id).state
-            cur.execute(_INSERT_STEER, (key, data))
+            if steer_key is None or _new_key(cur, sid, session_id, steer_key, text):
+                cur.execute(_INSERT_STEER, (sid, data))
         return state
 
     def take_steers(self, session_id: str) -> list[str]:
@@ -328,36 +402,57 @@ class MySQLStore:
             row = cur.fetchone()
         return _info(row) if row else SessionInfo(session_id)
 
+    def set_metadata(self, session_id: str, metadata: Mapping[str, str]) -> None:
+        """Make ``metadata`` the session's whole metadata, in one transaction; makes the record if there is none."""
+        key = encode_text(check_session_id(session_id))
+        rows = [(key, name.encode(), value.encode()) for name, value in check_metadata(metadata).items()]
+        # The record's lock orders replacements of one session's metadata: each is whole.
+        with self._transaction("set the metadata", session_id) as cur:
+            cur.execute(_CREATE_SESSION, (key, new_revision()))
+            cur.execute(_LOCK_SESSION, (key,))
+            cur.execute(_DELETE_METADATA, (key,))
+            if rows:
+                cur.executemany(_INSERT_METADATA, rows)
+
     def sessions(
-        self, *, state: RunState | Collection[RunState] | None = None, updated_before: datetime.datetime | None = None
+        self,
+        *,
+        state: RunState | Collection[RunState] | None = None,
+        updated_before: datetime.datetime | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> Iterator[SessionInfo]:
-        """Every session, newest update first (never saved last), each exactly once.
+        """Every session (holding each pair of ``metadata``), newest update first (never saved last), each once.
 
         Fetched lazily, :data:`PAGE` at a time, each page a query of its own, so no
         connection is held between pages. The arguments are checked at once.
         """
         states, before = runs.state_filter(state), runs.check_updated_before(updated_before)
-        filters, args = [], []
+        pairs = sorted((metadata_filter(metadata) or {}).items())
+        filters: list[str] = [_FIRST_PAIR if n == 0 else _OTHER_PAIR for n in range(len(pairs))]
+        args: list[Any] = [part.encode() for pair in pairs for part in pair]
         if before is not None:
             filters.append("s.updated_at < %s")
             args.append(before.astimezone(UTC).replace(tzinfo=None))
         if states is not None:
             filters.append(f"({' OR '.join(_STATE_SQL[s] for s in sorted(states)) or 'FALSE'})")
-        return self._pages(filters, args, saved_only=before is not None)
+        source = _HOLDING_PAIR if pairs else _EVERY_SESSION
+        return self._pages(source, filters, args, saved_only=before is not None)
 
-    def _pages(self, filters: list[str], args: list[Any], *, saved_only: bool) -> Iterator[SessionInfo]:
+    def _pages(self, source: str, filters: list[str], args: list[Any], *, saved_only: bool) -> Iterator[SessionInfo]:
         # Saved sessions, then (unless updated_before leaves them out) the never saved: two ranges.
         for saved in (True,) if saved_only else (True, False):
-            page = functools.partial(self._page, filters, args, saved)
+            page = functools.partial(self._page, source, filters, args, saved)
             yield from pages(page, _after_saved if saved else _after_never_saved, "MySQL store", PAGE)
 
-    def _page(self, filters: list[str], args: list[Any], saved: bool, after: list[Any] | None) -> Page[Any]:
+    def _page(
+        self, source: str, filters: list[str], args: list[Any], saved: bool, after: list[Any] | None
+    ) -> Page[Any]:
         # `after` is where the last page ended: (updated_at, updated_at, id), or (id,).
-        where = ["s.updated_at IS NOT NULL" if saved else "s.updated_at IS NULL", *filters]
+        where = [*filters, "s.updated_at IS NOT NULL" if saved else "s.updated_at IS NULL"]
         if after:
             where.append(_SAVED_AFTER if saved else "s.id < %s")
         with self._transaction("list sessions", None, locking=False) as cur:
-            cur.execute(_PAGE.format(where=" AND ".join(where)), [*args, *(after or [])])
+            cur.execute(_PAGE.format(source=source, where=" AND ".join(where)), [*args, *(after or [])])
             rows = cur.fetchall()
         return rows, _info
 
@@ -368,6 +463,9 @@ class MySQLStore:
             found: int = cur.execute(_DELETE_SESSION, (key,))
             found += cur.execute(_DELETE_ALL_STEERS, (key,))
             found += cur.execute(_DELETE_MESSAGES_FROM, (key, 0))
+            found += cur.execute(_DELETE_METADATA, (key,))
+            cur.execute(_DELETE_KEYS, (key,))  # not counted: a session with keys has its record
+            cur.execute(_DELETE_APPROVALS, (key,))  # not counted: a session with approvals has its record
         self._known.forget(session_id)
         return found > 0
 
@@ -419,8 +517,10 @@ class MySQLStore:
             record = _Record.of(cur.fetchone(), session_id)
             if record.state is RunState.RUNNING:
                 raise runs.busy(session_id, record.holder, record.lease_expires_at)
+            if record.state is RunState.WAITING and (undecided := _approvals(cur, key)[1]):
+                raise pending_error(session_id, undecided)
             cur.execute(_CLAIM, (token, holder, lease, lease, key))
-        return Claim(session_id, token, replica, lease)
+        return Claim(session_id, token, replica, lease, took_over=record.state is RunState.STALLED)
 
     def peek_steers(self, session_id: str) -> list[Steer]:
         """The waiting steers, oldest first, left in place."""
@@ -485,6 +585,46 @@ class MySQLStore:
 
     # --- Connections, transactions and errors ------------------------------------------------
 
+    # --- Approvals --------------------------------------------------------------------------
+
+    def wait(self, claim: Claim, approvals: Sequence[Approval]) -> None:
+        """Release the session held by ``claim`` as ``WAITING`` for ``approvals``, in one transaction."""
+        calls = check_wait(claim, approvals)
+        key, body = encode_text(claim.session_id), encode(calls).encode("utf-8")
+        with self._transaction("wait for approval", claim.session_id, payload=len(body)) as cur:
+            cur.execute(_LOCK_SESSION, (key,))
+            row = cur.fetchone()
+            if row is None or not _Record.of(row, claim.session_id).holds(claim):
+                raise runs.superseded(claim)
+            cur.execute(_WAIT, (key,))
+            cur.execute(_PUT_APPROVALS, (key, body, pending_count(calls)))
+
+    def approvals(self, session_id: str) -> list[Approval]:
+        """The calls of the session's latest wait, decided or not."""
+        key = encode_text(check_session_id(session_id))
+        with self._transaction("read the approvals", session_id, locking=False) as cur:
+            body, _ = _approvals(cur, key)
+        return decode(body, session_id)
+
+    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
+        """Record ``decisions`` on the waiting calls, all or none, under the record's lock; the state after."""
+        key = encode_text(check_session_id(session_id))
+        with self._transaction("record the decisions", session_id) as cur:
+
+            def read() -> tuple[str | None, datetime.datetime | None, str | None, datetime.datetime]:
+                cur.execute(_LOCK_SESSION, (key,))
+                row = cur.fetchone()
+                if row is None:
+                    return None, None, None, runs.utcnow()
+                _, _, _, stored, _, _, expires, now = row
+                return values.text(stored), values.utc(expires), _approvals(cur, key)[0], values.utc(now)
+
+            def swap(old: str | None, new: str, pending: int) -> bool:
+                cur.execute(_UPDATE_APPROVALS, (new.encode("utf-8"), pending, key))
+                return True  # the record's lock held since read(): nothing came between
+
+            return kit_approvals.decide(session_id, decisions, read=read, swap=swap)
+
     @contextmanager
     def _transaction(
         self, action: str, session_id: str | None, *, locking: bool = True, payload: int = 0
@@ -499,6 +639,9 @@ class MySQLStore:
             self._connection(could_not("MySQL store", action, session_id)) as conn,
             conn.cursor(pymysql.cursors.Cursor) as cur,
         ):
+            if self._version is None:  # once per store object; a race only reads it twice
+                self._version = checked_version(cur, could_not("MySQL store", action, session_id))
+                conn.commit()  # ends the read's implicit transaction, so the next can set its isolation
             if locking:
                 cur.execute(_READ_COMMITTED)
                 conn.begin()
@@ -593,15 +736,41 @@ def _write_transcript(
         cur.executemany(_INSERT_MESSAGE, rows)
 
 
+def _new_key(cur: Any, key: bytes, session_id: str, steer_key: str, text: str) -> bool:
+    """Keep ``steer_key`` for the session unless it holds it; ``False`` for a retry (see ``steerkeys.fresh``)."""
+    encoded = encode_text(steer_key)
+    cur.execute(_SELECT_KEY, (key, encoded))
+    row = cur.fetchone()
+    if not steerkeys.fresh(row[0] if row else None, text, session_id, steer_key):
+        return False
+    cur.execute(_INSERT_KEY, (key, encoded, steerkeys.digest(text)))
+    return True
+
+
 def _delete_steers(cur: Any, key: bytes, seqs: list[int]) -> None:
     if seqs:
         cur.execute(_DELETE_STEERS.format(placeholders=", ".join(["%s"] * len(seqs))), [key, *seqs])
 
 
 def _info(row: tuple[Any, ...]) -> SessionInfo:
-    key, length, updated_at, stored, holder, expires, pending, cancel, now = row
+    key, length, updated_at, stored, holder, expires, pending, cancel, now, undecided, metadata = row
     session_id = decode_text(key)
     state = runs.derive_state(values.text(stored), values.utc(expires), values.utc(now), session_id)
     holder, expires, updated_at = values.text(holder), values.utc(expires), values.utc(updated_at)
+    waits = (undecided or 0) if state is RunState.WAITING else 0
     # BOOLEAN is TINYINT: the driver gives 0 or 1.
-    return SessionInfo(session_id, length, updated_at, state, holder, expires, pending, bool(cancel))
+    return SessionInfo(
+        session_id, length, updated_at, state, holder, expires, pending, bool(cancel), waits, load_metadata(metadata)
+    )
+
+
+def _approvals(cur: Any, key: bytes) -> tuple[str | None, int]:
+    """The session's approvals text and undecided count (``None``, 0 without a wait)."""
+    cur.execute(_SELECT_APPROVALS, (key,))
+    row = cur.fetchone()
+    return (None, 0) if row is None else (bytes(row[0]).decode("utf-8"), int(row[1]))
+
+
+def migrator(connect: Callable[[], Any]) -> MySQLMigrator:
+    """The :class:`~agentsessions.stores.kit.schema.Migrator` of the database ``connect()``'s connections use."""
+    return MySQLMigrator(connect, SCHEMA)
