@@ -134,7 +134,11 @@ class RunStore(Store, Protocol):
         ...
 
     def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
-        """Hold the session for a run; raises :class:`SessionBusyError` while another lease is live."""
+        """Hold the session for a run; raises :class:`SessionBusyError` while another lease is live.
+
+        A ``STALLED`` session is taken over; the :class:`Claim` says so (``took_over=True``),
+        decided in the same atomic step as the claim itself.
+        """
         ...
 
     def peek_steers(self, session_id: str) -> list[Steer]:
