@@ -78,6 +78,8 @@ class ReactLoop:
         box: SteerBox,
         cancelled: Callable[[], bool],
         keep: Persistence,
+        *,
+        for_steers: bool = False,
     ) -> None:
         self.spec = spec
         self.transcript = list(messages)
@@ -95,10 +97,15 @@ class ReactLoop:
         # if the run fails before one, they are reported unapplied; and those it had no step left for.
         self.unsaved_box: list[str] = []
         self.unapplied: list[str] = []
+        # A run Runner.send started for a stored text: if another run took the text and
+        # answered it first, this one finds nothing waiting and must not answer again.
+        self.for_steers = for_steers
 
     def run(self) -> None:
         """Step until the model answers, ``max_steps`` is spent, or the run is cancelled; then save."""
         self.finish_pending_calls()
+        if self.for_steers and self.answered_already():
+            self.stop_reason = StopReason.END_TURN
         while True:
             while not self.stop_reason:
                 if self.cancelled():
@@ -273,6 +280,20 @@ class ReactLoop:
     def cancelled(self) -> bool:
         """Whether ``Run.cancel`` or, through the store, another replica asked the run to stop."""
         return self.run_cancelled() or self.keep.cancel_requested
+
+    def answered_already(self) -> bool:
+        """Whether, with the waiting steers collected, the transcript still ends in the model's answer.
+
+        Then there is nothing to ask: the text that started the run was taken and answered by
+        another run between ``send`` storing it and this run's claim.
+        """
+        self.collect_steers()
+        last = self.transcript[-1] if self.transcript else None
+        return (
+            last is not None
+            and last.role is Role.ASSISTANT
+            and not any(content.type is ContentType.TOOL_USE for content in last.content)
+        )
 
     def collect_steers(self) -> None:
         """Put waiting steers (the run's box, then the session's) where the run has got to."""

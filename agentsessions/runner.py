@@ -68,6 +68,8 @@ class Run:
         emit: EventSink | None,
         keep: Persistence,
         replica: str = "",
+        *,
+        for_steers: bool = False,
     ) -> None:
         emit = Listener(emit) if emit is not None else None
         self._replica = replica
@@ -77,7 +79,9 @@ class Run:
         self._finished = threading.Event()
         self._result: Result | None = None
         self._error: RunError | None = None
-        self._loop = ReactLoop(spec, messages, endpoint, emit, self._box, lambda: self._cancelled, keep)
+        self._loop = ReactLoop(
+            spec, messages, endpoint, emit, self._box, lambda: self._cancelled, keep, for_steers=for_steers
+        )
 
     @property
     def session(self) -> Session | None:
@@ -237,8 +241,11 @@ class Runner:
         The thread runs in a copy of the caller's context variables (``contextvars``), so
         what the caller's context carries, such as its current tracing span, applies to the run.
         """
-        run = self._prepare(spec, messages, endpoint, events)
-        # The caller's context variables go with the run (a tracing span, a request id), as they do for run().
+        return self._launch(self._prepare(spec, messages, endpoint, events))
+
+    @staticmethod
+    def _launch(run: Run) -> Run:
+        """Start ``run`` on a worker thread, in a copy of the caller's context variables (a tracing span)."""
         caller = contextvars.copy_context()
         threading.Thread(target=caller.run, args=(run._execute,), name="agentsessions-run", daemon=True).start()
         return run
@@ -284,7 +291,7 @@ class Runner:
         if key is not None and isinstance(session, StoreSession) and not session.info().pending_steers:
             return mine
         try:
-            return self.start(spec, Resume(), endpoint, events)
+            return self._launch(self._prepare(spec, Resume(), endpoint, events, for_steers=True))
         except SessionBusyError:
             return None  # another run claimed it since: it takes the stored steer at its first step
         except ApprovalPendingError:
@@ -297,8 +304,15 @@ class Runner:
         return next((run for run in runs if not run.done and _same_session(run.session, session)), None)
 
     def _prepare(
-        self, spec: Spec, messages: Sequence[Message] | Resume, endpoint: Endpoint, events: EventSink | None
+        self,
+        spec: Spec,
+        messages: Sequence[Message] | Resume,
+        endpoint: Endpoint,
+        events: EventSink | None,
+        *,
+        for_steers: bool = False,
     ) -> Run:
+        """The run, claimed; ``for_steers``: it is ``send``'s, and asks nothing if no steer waits for it."""
         if not isinstance(spec, Spec):
             raise TypeError(f"spec must be an agentsessions.Spec, got {type(spec).__name__}")
         if not callable(getattr(endpoint, "complete", None)):
@@ -315,7 +329,7 @@ class Runner:
         keep = persistence.choose(spec.session, journal=spec.journal, replica=self.replica, lease=spec.lease)
         if resume is not None:
             transcript = self._resumed(spec, resume, keep)
-        run = Run(spec, transcript, endpoint, events, keep, self.replica)
+        run = Run(spec, transcript, endpoint, events, keep, self.replica, for_steers=for_steers)
         with self._lock:
             self._runs.add(run)
             if self._closed:  # shut down while claiming: it stops before its first request

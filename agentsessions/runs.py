@@ -20,7 +20,7 @@ from __future__ import annotations
 import datetime
 import enum
 import logging
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import TypeVar
 
 import attrs
@@ -60,6 +60,10 @@ def _aware(_: object, attribute: attrs.Attribute[datetime.datetime | None], valu
         raise TypeError(f"SessionInfo.{attribute.name} must be an aware datetime or None, got {value!r:.80}")
 
 
+def _copied(metadata: Mapping[str, str]) -> dict[str, str]:
+    return dict(metadata)  # the record's own dict: changing the caller's mapping later changes nothing here
+
+
 @attrs.frozen
 class SessionInfo:
     """One session's record, as :meth:`Session.info` and :meth:`RunStore.sessions` report it.
@@ -69,6 +73,8 @@ class SessionInfo:
     run holding the session, or of the last one that held it. An unknown id is ``IDLE``
     with length 0. ``pending_approvals`` counts the calls of a ``WAITING`` session nobody has
     decided yet (0 in any other state).
+    ``metadata`` is the mapping the application set
+    (:meth:`~agentsessions.session.StoreSession.set_metadata`); empty until it sets one.
     """
 
     id: str
@@ -80,6 +86,8 @@ class SessionInfo:
     pending_steers: int = 0
     cancel_requested: bool = False
     pending_approvals: int = 0
+    # A dict, as an application reads it; left out of the hash, which a dict cannot have.
+    metadata: dict[str, str] = attrs.field(factory=dict, converter=_copied, hash=False)
 
 
 @attrs.frozen
@@ -148,12 +156,14 @@ def derive_state(
 
 
 def exists(info: SessionInfo) -> bool:
-    """Whether the store has anything for this session: a transcript, a run, or steers.
+    """Whether the store has anything for this session: a transcript, a run, steers or metadata.
 
     ``info()`` on an id no one used answers an ``IDLE`` record with nothing in it; any other
     record was made by someone.
     """
-    return bool(info.length or info.updated_at or info.state is not RunState.IDLE or info.pending_steers)
+    return bool(
+        info.length or info.updated_at or info.state is not RunState.IDLE or info.pending_steers or info.metadata
+    )
 
 
 _STATES = {member.value: member for member in RunState}

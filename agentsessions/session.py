@@ -12,6 +12,7 @@ import attrs
 from agentsessions.approvals import Approval, ApprovalStore, Decision, check_decisions
 from agentsessions.errors import InvalidSessionIdError
 from agentsessions.messages import Message
+from agentsessions.metadata import check_metadata
 from agentsessions.runs import Claim, Progress, Renewal, RunState, SessionInfo, Steer
 
 MAX_SESSION_ID = 255
@@ -130,7 +131,11 @@ class RunStore(Store, Protocol):
         ...
 
     def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
-        """Hold the session for a run; raises :class:`SessionBusyError` while another lease is live."""
+        """Hold the session for a run; raises :class:`SessionBusyError` while another lease is live.
+
+        A ``STALLED`` session is taken over; the :class:`Claim` says so (``took_over=True``),
+        decided in the same atomic step as the claim itself.
+        """
         ...
 
     def peek_steers(self, session_id: str) -> list[Steer]:
@@ -174,6 +179,31 @@ def keeps_steer_keys(store: object) -> bool:
     except (TypeError, ValueError):  # a callable whose signature cannot be read
         return False
     return any(p.name == "key" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+@runtime_checkable
+class MetadataStore(RunStore, Protocol):
+    """A :class:`RunStore` that keeps each session's metadata and lists sessions by it.
+
+    ``set_metadata`` replaces the session's whole mapping in one step (an empty one clears
+    it), making the record if there is none; it is not a save, so ``updated_at`` stays.
+    ``sessions(metadata=...)`` lists only the sessions holding every given pair, over an
+    index: as cheap as listing by state, with any other filter.
+    """
+
+    def set_metadata(self, session_id: str, metadata: Mapping[str, str]) -> None:
+        """Make ``metadata`` the session's whole metadata (see :mod:`agentsessions.metadata` for the limits)."""
+        ...
+
+    def sessions(
+        self,
+        *,
+        state: RunState | Collection[RunState] | None = None,
+        updated_before: datetime.datetime | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Iterator[SessionInfo]:
+        """Every session holding each pair of ``metadata``, newest update first, in pages, each exactly once."""
+        ...
 
 
 @runtime_checkable
@@ -257,6 +287,18 @@ class StoreSession:
     def delete(self) -> bool:
         """Remove this session's transcript, steers and record in one step; ``True`` if it existed."""
         return self._runs().delete(self.id)
+
+    def set_metadata(self, metadata: Mapping[str, str]) -> None:
+        """Make ``metadata`` (``str`` to ``str``, at most 16 keys) this session's whole metadata, in one step.
+
+        ``store.sessions(metadata={"user": "42"})`` then lists it among that user's
+        sessions; :attr:`SessionInfo.metadata` reads it back. An empty mapping clears it.
+        Needs a store that keeps metadata (:class:`MetadataStore`); else ``TypeError``.
+        """
+        checked = check_metadata(metadata)
+        if not isinstance(self.store, MetadataStore):
+            raise TypeError(f"{type(self.store).__name__} keeps no session metadata (it has no set_metadata method)")
+        self.store.set_metadata(self.id, checked)
 
     def cancel(self) -> bool:
         """Ask the run holding this session to stop; ``False`` when no live run holds it.

@@ -295,6 +295,25 @@ def test_list_filters_by_age_and_limits(sqlite_url: tuple[str, agent.RunStore]) 
         assert outcome.code == Exit.USAGE and outcome.out == "", bad
 
 
+def test_list_filters_by_metadata(sqlite_url: tuple[str, agent.RunStore]) -> None:
+    url, store = sqlite_url
+    assert isinstance(store, agent.MetadataStore)
+    for n, user in enumerate(["42", "7", "42"]):
+        store.save(f"m{n}", [agent.Message.user(str(n))])
+        store.set_metadata(f"m{n}", {"user": user, "app": "support"})
+    listed = [json.loads(line) for line in cli("--store", url, "list", "--metadata", "user=42", "--json").lines()]
+    assert [(record["id"], record["metadata"]) for record in listed] == [
+        ("m2", {"user": "42", "app": "support"}),
+        ("m0", {"user": "42", "app": "support"}),
+    ]
+    both = cli("--store", url, "list", "--metadata", "user=7", "--metadata", "app=support", "--json").lines()
+    assert [json.loads(line)["id"] for line in both] == ["m1"]
+    assert cli("--store", url, "list", "--metadata", "user=42", "--state", "running", "--json").lines() == []
+    for bad in (["--metadata", "user"], ["--metadata", "=42"], ["--metadata", f"user={'x' * 300}"]):
+        outcome = cli("--store", url, "list", *bad)
+        assert outcome.code == Exit.USAGE and outcome.out == "", bad
+
+
 def test_usage_errors_and_help(sqlite_url: tuple[str, agent.RunStore], tmp_path: Path, monkeypatch: Any) -> None:
     url, _ = sqlite_url
     monkeypatch.delenv("AGENTSESSIONS_STORE", raising=False)

@@ -23,7 +23,8 @@ from tests.support.backends import Opener, store_params
 from tests.support.schema_v1 import record_version, scratch_at, url_of, versions
 
 VERSIONED = ("sqlite", "postgres", "mysql")
-WANTED = 3
+WANTED = 4
+MIGRATED = list(range(2, WANTED + 1))  # the versions a version-1 database is taken through
 ROOT = Path(__file__).resolve().parent.parent
 # The full count: AGENTSESSIONS_CRASH_TRIALS=100 python -m pytest tests/test_migrate.py -k killed -s
 TRIALS = int(os.environ.get("AGENTSESSIONS_CRASH_TRIALS", "4"))
@@ -73,7 +74,8 @@ def test_plan_prints_the_steps_and_applies_nothing(kind: str, tmp_path: Path) ->
         done = migrate(url_of(opener), "--plan")
         assert done.returncode == 0, done.stderr
         assert f"schema version 1; this release uses version {WANTED}" in done.stdout
-        assert "to version 2: steer keys" in done.stdout and f"to version {WANTED}: approvals" in done.stdout
+        assert "to version 2: steer keys" in done.stdout and "to version 3: approvals" in done.stdout
+        assert f"to version {WANTED}: session metadata" in done.stdout
         assert "CREATE TABLE IF NOT EXISTS agentsessions_steer_keys" in done.stdout
         assert "CREATE TABLE IF NOT EXISTS agentsessions_approvals" in done.stdout
         assert found_version(opener) == 1
@@ -135,7 +137,7 @@ def test_it_migrates_then_finds_the_database_up_to_date(kind: str, tmp_path: Pat
         assert (again.returncode, again.stdout.splitlines()[-1]) == (0, "up to date")
         with opener() as store:
             store.add_steer("s", "works")
-            assert versions(store) == [2, WANTED]
+            assert versions(store) == MIGRATED
 
 
 def test_on_an_empty_database_it_creates_the_current_version(kind: str, tmp_path: Path) -> None:
@@ -224,7 +226,7 @@ def test_four_at_once_one_applies_and_all_exit_0(kind: str, tmp_path: Path) -> N
         waited = [out for out, _ in outputs if "another migration applied it meanwhile" in out]
         assert (len(applied), len(waited)) == (1, 3), outputs
         with opener() as store:
-            assert versions(store) == [2, WANTED]  # recorded once: nothing applied twice
+            assert versions(store) == MIGRATED  # recorded once: nothing applied twice
 
 
 @pytest.mark.crash
@@ -249,6 +251,6 @@ def test_a_migration_killed_half_way_finishes_when_run_again(kind: str, tmp_path
             last = again.stdout.splitlines()[-1]
             assert last in ("up to date", f"migrated to version {WANTED}"), f"{where}: {again.stdout}"
             with opener() as store:
-                assert versions(store) == [2, WANTED], where
+                assert versions(store) == MIGRATED, where
                 store.add_steer("s", "the migrated store works")
                 assert store.take_steers("s") == ["the migrated store works"], where

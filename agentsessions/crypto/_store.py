@@ -50,7 +50,7 @@ SEED_METHODS = ("save", "messages", "add_steer", "take_steers")
 
 OPTIONAL_METHODS = (
     *("info", "sessions", "delete", "cancel", "claim", "peek_steers", "save_run", "renew"),
-    *("fork", "close"),
+    *("fork", "set_metadata", "close"),
     *("wait", "approvals", "decide"),
 )
 """The methods the wrapper has when, and only when, the store it wraps has them."""
@@ -266,6 +266,10 @@ class _Everything(EncryptedStore):
         """The wrapped store's listing (ids, states and times are kept in clear, for this)."""
         result: Iterator[SessionInfo] = self.inner.sessions(state=state, updated_before=updated_before, **filters)
         return result
+
+    def set_metadata(self, session_id: str, metadata: Mapping[str, str]) -> None:
+        """Set the session's metadata in the wrapped store, in clear: listing by it needs it readable."""
+        self.inner.set_metadata(session_id, metadata)
 
     def delete(self, session_id: str) -> bool:
         """Remove the session whole; ``True`` if it existed."""

@@ -16,6 +16,7 @@ import attrs
 from agentsessions.approvals import Approval, Decision, check_decisions, decided, pending_count, pending_error
 from agentsessions.errors import ConflictError
 from agentsessions.messages import Message, check_transcript, transcript_list
+from agentsessions.metadata import check_metadata, metadata_filter
 from agentsessions.runs import (
     Claim,
     Progress,
@@ -52,6 +53,7 @@ class _Entry:
     lease_expires_at: datetime.datetime | None = None
     cancel_requested: bool = False
     approvals: tuple[Approval, ...] = ()  # the latest wait's calls, kept after it ended
+    metadata: dict[str, str] = attrs.Factory(dict)  # replaced whole, never changed in place
 
     def state(self, now: datetime.datetime) -> RunState:
         return derive_state(self.run_state, self.lease_expires_at, now)
@@ -67,6 +69,7 @@ class _Entry:
             len(self.steers),
             self.cancel_requested,
             pending_count(self.approvals) if self.run_state is RunState.WAITING else 0,
+            metadata=self.metadata,
         )
 
     def holds(self, claim: Claim) -> bool:
@@ -152,20 +155,37 @@ class MemoryStore:
         with entry.lock:
             return entry.info(session_id, utcnow())
 
-    def sessions(
-        self, *, state: RunState | Collection[RunState] | None = None, updated_before: datetime.datetime | None = None
-    ) -> Iterator[SessionInfo]:
-        """Every session, newest update first (never saved last), each exactly once."""
-        states, before = state_filter(state), check_updated_before(updated_before)
-        return self._listing(states, before)
+    def set_metadata(self, session_id: str, metadata: Mapping[str, str]) -> None:
+        """Make ``metadata`` the session's whole metadata; makes the record if there is none."""
+        check_session_id(session_id)
+        checked = check_metadata(metadata)
+        entry = self._locked(session_id)
+        try:
+            entry.metadata = checked
+        finally:
+            entry.lock.release()
 
-    def _listing(self, states: frozenset[RunState] | None, before: datetime.datetime | None) -> Iterator[SessionInfo]:
+    def sessions(
+        self,
+        *,
+        state: RunState | Collection[RunState] | None = None,
+        updated_before: datetime.datetime | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Iterator[SessionInfo]:
+        """Every session (holding each pair of ``metadata``), newest update first (never saved last), each once."""
+        states, before, pairs = state_filter(state), check_updated_before(updated_before), metadata_filter(metadata)
+        return self._listing(states, before, pairs)
+
+    def _listing(
+        self, states: frozenset[RunState] | None, before: datetime.datetime | None, pairs: dict[str, str] | None
+    ) -> Iterator[SessionInfo]:
         # A generator: the sessions are read at the first next(), as a paging store reads its first page.
         infos = [
             info
             for info in map(self.info, list(self._sessions))
             if (states is None or info.state in states)
             and (before is None or (info.updated_at is not None and info.updated_at < before))
+            and (pairs is None or pairs.items() <= info.metadata.items())
         ]
         never = datetime.datetime.min.replace(tzinfo=datetime.UTC)
         infos.sort(key=lambda info: (info.updated_at or never, info.id), reverse=True)

@@ -64,6 +64,7 @@ from agentsessions.approvals import Approval, Decision, pending_error
 from agentsessions.codec import encode_text, load_message
 from agentsessions.errors import SchemaMissingError, StoreError
 from agentsessions.messages import Message
+from agentsessions.metadata import check_metadata, metadata_filter, pair_texts
 from agentsessions.runs import (
     ENDINGS,
     Claim,
@@ -129,7 +130,11 @@ COUNTERS = "agentsessions_counters"
 # The unique message key is what makes a stale writer's insert fail instead of overwriting
 # a message a reader may be reading. The listing index serves sessions()' keyset pages.
 INDEXES: dict[str, list[pymongo.IndexModel]] = {
-    SESSIONS: [pymongo.IndexModel([("updated_at", -1), ("sort", -1)], name="agentsessions_sessions_listing")],
+    SESSIONS: [
+        pymongo.IndexModel([("updated_at", -1), ("sort", -1)], name="agentsessions_sessions_listing"),
+        # A multikey index: one entry per metadata pair, each pair's sessions newest first.
+        pymongo.IndexModel([("metadata", 1), ("updated_at", -1), ("sort", -1)], name="agentsessions_sessions_metadata"),
+    ],
     MESSAGES: [
         pymongo.IndexModel(
             [("session_id", 1), ("epoch", 1), ("position", 1), ("chunk", 1)],
@@ -183,7 +188,7 @@ _RUN_FIELDS = {**STATE_FIELDS, "token": 1, "run_state": 1, "cancel_requested": 1
 _INFO_FIELDS = dict.fromkeys(
     (
         *("sort", "length", "updated_at", "run_state", "holder", "lease_expires_at", "cancel_requested"),
-        *("steers.seq", "pending_approvals"),
+        *("steers.seq", "pending_approvals", "metadata"),
     ),
     1,
 )  # steers.seq: their count without their text
@@ -300,14 +305,28 @@ class MongoStore:
             doc = self._sessions.find_one({"_id": key(session_id)}, _INFO_FIELDS)
         return SessionInfo(session_id) if doc is None else info_of(session_id, doc, utcnow())
 
+    def set_metadata(self, session_id: str, metadata: Mapping[str, str]) -> None:
+        """Make ``metadata`` the session's whole metadata: one update of its document, made if there is none."""
+        check_session_id(session_id)
+        pairs = pair_texts(check_metadata(metadata))
+        update = {"$set": {"metadata": pairs}, "$setOnInsert": {"sort": sort_key(session_id)}}
+        with self._errors("set the metadata", session_id):
+            self._sessions.update_one({"_id": key(session_id)}, update, upsert=True)
+
     def sessions(
-        self, *, state: RunState | Several[RunState] | None = None, updated_before: datetime.datetime | None = None
+        self,
+        *,
+        state: RunState | Several[RunState] | None = None,
+        updated_before: datetime.datetime | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> Iterator[SessionInfo]:
-        """Every session, newest update first (never saved last), fetched in pages, each exactly once."""
-        states, before = state_filter(state), check_updated_before(updated_before)
-        saved = {"updated_at": {"$lt": _FOREVER if before is None else micros(before)}}
+        """Every session (holding each pair of ``metadata``), newest update first (never saved last), in pages."""
+        states, before, pairs = state_filter(state), check_updated_before(updated_before), metadata_filter(metadata)
+        saved: dict[str, Any] = {"updated_at": {"$lt": _FOREVER if before is None else micros(before)}}
         # Saved sessions first, then the never saved ones (no updated_at), each in keyset pages.
         phases: list[dict[str, Any]] = [saved] if before is not None else [saved, {"updated_at": None}]
+        if pairs:
+            phases = [{**phase, "metadata": {"$all": pair_texts(pairs)}} for phase in phases]
         return self._listing(phases, states)
 
     def _listing(self, phases: list[dict[str, Any]], states: frozenset[RunState] | None) -> Iterator[SessionInfo]:

@@ -48,6 +48,7 @@ from agentsessions.approvals import Approval, Decision, pending_error
 from agentsessions.codec import decode_text, encode_text
 from agentsessions.errors import ConflictError, SchemaMissingError, StoreError
 from agentsessions.messages import Message
+from agentsessions.metadata import check_metadata, load_metadata, metadata_filter
 from agentsessions.runs import UTC, Claim, Progress, Renewal, RunState, SessionInfo, Steer
 from agentsessions.session import check_fork_at, check_session_id
 from agentsessions.stores.kit import approvals as kit_approvals
@@ -60,6 +61,7 @@ from agentsessions.stores.mysql._errors import describe, duplicate_key, explain,
 from agentsessions.stores.mysql._schema import (
     APPROVALS,
     FIRST_VERSION,
+    METADATA,
     MIGRATIONS,
     SCHEMA_VERSION,
     STEER_KEYS,
@@ -115,6 +117,7 @@ SCHEMA = [
     "INSERT IGNORE INTO agentsessions_tokens (id, value) VALUES (1, 0)",
     STEER_KEYS,
     APPROVALS,
+    METADATA,
 ]
 
 """This version's whole schema, from nothing, its version row first: run each statement once per database."""
@@ -238,17 +241,31 @@ _HELD = """
 SELECT id, token, cancel_requested FROM agentsessions_sessions FORCE INDEX (PRIMARY)
 WHERE id IN ({ids}) AND (id, token) IN ({pairs}) AND run_state = 'running'
 """
+# The metadata comes as one JSON object in UTF-8 bytes, whatever the connection's character set.
 _INFO_COLUMNS = """s.id, s.length, s.updated_at, s.run_state, s.holder, s.lease_expires_at,
     (SELECT COUNT(*) FROM agentsessions_steers AS t WHERE t.session_id = s.id), s.cancel_requested, UTC_TIMESTAMP(6),
-    (SELECT a.pending FROM agentsessions_approvals AS a WHERE a.session_id = s.id)"""
+    (SELECT a.pending FROM agentsessions_approvals AS a WHERE a.session_id = s.id),
+    (SELECT CAST(JSON_OBJECTAGG(CONVERT(x.mkey USING utf8mb4), CONVERT(x.mvalue USING utf8mb4)) AS BINARY)
+     FROM agentsessions_metadata AS x WHERE x.session_id = s.id)"""
 _INFO = f"SELECT {_INFO_COLUMNS} FROM agentsessions_sessions AS s WHERE s.id = %s"
 # Keyset pages along the (updated_at, id) index, walked backwards: newest first, never-saved
 # (NULL) last, ties by id. A page starts after the last row of the one before, so a session
 # is listed once however many share one updated_at, and no page rescans what came before.
 _PAGE = f"""
-SELECT {_INFO_COLUMNS} FROM agentsessions_sessions AS s FORCE INDEX (agentsessions_sessions_by_update)
+SELECT {_INFO_COLUMNS} FROM {{source}}
 WHERE {{where}} ORDER BY s.updated_at DESC, s.id DESC LIMIT {PAGE}
 """
+_EVERY_SESSION = "agentsessions_sessions AS s FORCE INDEX (agentsessions_sessions_by_update)"
+# Listing by metadata starts from the first pair's rows in its index and sorts those: the
+# cost follows how many sessions hold the pair, not how many there are. Other pairs are
+# primary-key lookups.
+_HOLDING_PAIR = """agentsessions_metadata AS m FORCE INDEX (agentsessions_metadata_by_pair)
+    STRAIGHT_JOIN agentsessions_sessions AS s ON s.id = m.session_id"""
+_FIRST_PAIR = "m.mkey = %s AND m.mvalue = %s"
+_OTHER_PAIR = """EXISTS (SELECT 1 FROM agentsessions_metadata AS o
+    WHERE o.session_id = s.id AND o.mkey = %s AND o.mvalue = %s)"""
+_DELETE_METADATA = "DELETE x FROM agentsessions_metadata AS x FORCE INDEX (PRIMARY) WHERE x.session_id = %s"
+_INSERT_METADATA = "INSERT INTO agentsessions_metadata (session_id, mkey, mvalue) VALUES (%s, %s, %s)"
 _SAVED_AFTER = "(s.updated_at < %s OR (s.updated_at = %s AND s.id < %s))"
 _LIVE = "s.lease_expires_at > UTC_TIMESTAMP(6)"
 _STATE_SQL = {
@@ -384,36 +401,57 @@ class MySQLStore:
             row = cur.fetchone()
         return _info(row) if row else SessionInfo(session_id)
 
+    def set_metadata(self, session_id: str, metadata: Mapping[str, str]) -> None:
+        """Make ``metadata`` the session's whole metadata, in one transaction; makes the record if there is none."""
+        key = encode_text(check_session_id(session_id))
+        rows = [(key, name.encode(), value.encode()) for name, value in check_metadata(metadata).items()]
+        # The record's lock orders replacements of one session's metadata: each is whole.
+        with self._transaction("set the metadata", session_id) as cur:
+            cur.execute(_CREATE_SESSION, (key, new_revision()))
+            cur.execute(_LOCK_SESSION, (key,))
+            cur.execute(_DELETE_METADATA, (key,))
+            if rows:
+                cur.executemany(_INSERT_METADATA, rows)
+
     def sessions(
-        self, *, state: RunState | Collection[RunState] | None = None, updated_before: datetime.datetime | None = None
+        self,
+        *,
+        state: RunState | Collection[RunState] | None = None,
+        updated_before: datetime.datetime | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> Iterator[SessionInfo]:
-        """Every session, newest update first (never saved last), each exactly once.
+        """Every session (holding each pair of ``metadata``), newest update first (never saved last), each once.
 
         Fetched lazily, :data:`PAGE` at a time, each page a query of its own, so no
         connection is held between pages. The arguments are checked at once.
         """
         states, before = runs.state_filter(state), runs.check_updated_before(updated_before)
-        filters, args = [], []
+        pairs = sorted((metadata_filter(metadata) or {}).items())
+        filters: list[str] = [_FIRST_PAIR if n == 0 else _OTHER_PAIR for n in range(len(pairs))]
+        args: list[Any] = [part.encode() for pair in pairs for part in pair]
         if before is not None:
             filters.append("s.updated_at < %s")
             args.append(before.astimezone(UTC).replace(tzinfo=None))
         if states is not None:
             filters.append(f"({' OR '.join(_STATE_SQL[s] for s in sorted(states)) or 'FALSE'})")
-        return self._pages(filters, args, saved_only=before is not None)
+        source = _HOLDING_PAIR if pairs else _EVERY_SESSION
+        return self._pages(source, filters, args, saved_only=before is not None)
 
-    def _pages(self, filters: list[str], args: list[Any], *, saved_only: bool) -> Iterator[SessionInfo]:
+    def _pages(self, source: str, filters: list[str], args: list[Any], *, saved_only: bool) -> Iterator[SessionInfo]:
         # Saved sessions, then (unless updated_before leaves them out) the never saved: two ranges.
         for saved in (True,) if saved_only else (True, False):
-            page = functools.partial(self._page, filters, args, saved)
+            page = functools.partial(self._page, source, filters, args, saved)
             yield from pages(page, _after_saved if saved else _after_never_saved, "MySQL store", PAGE)
 
-    def _page(self, filters: list[str], args: list[Any], saved: bool, after: list[Any] | None) -> Page[Any]:
+    def _page(
+        self, source: str, filters: list[str], args: list[Any], saved: bool, after: list[Any] | None
+    ) -> Page[Any]:
         # `after` is where the last page ended: (updated_at, updated_at, id), or (id,).
-        where = ["s.updated_at IS NOT NULL" if saved else "s.updated_at IS NULL", *filters]
+        where = [*filters, "s.updated_at IS NOT NULL" if saved else "s.updated_at IS NULL"]
         if after:
             where.append(_SAVED_AFTER if saved else "s.id < %s")
         with self._transaction("list sessions", None, locking=False) as cur:
-            cur.execute(_PAGE.format(where=" AND ".join(where)), [*args, *(after or [])])
+            cur.execute(_PAGE.format(source=source, where=" AND ".join(where)), [*args, *(after or [])])
             rows = cur.fetchall()
         return rows, _info
 
@@ -424,6 +462,7 @@ class MySQLStore:
             found: int = cur.execute(_DELETE_SESSION, (key,))
             found += cur.execute(_DELETE_ALL_STEERS, (key,))
             found += cur.execute(_DELETE_MESSAGES_FROM, (key, 0))
+            found += cur.execute(_DELETE_METADATA, (key,))
             cur.execute(_DELETE_KEYS, (key,))  # not counted: a session with keys has its record
             cur.execute(_DELETE_APPROVALS, (key,))  # not counted: a session with approvals has its record
         self._known.forget(session_id)
@@ -712,13 +751,15 @@ def _delete_steers(cur: Any, key: bytes, seqs: list[int]) -> None:
 
 
 def _info(row: tuple[Any, ...]) -> SessionInfo:
-    key, length, updated_at, stored, holder, expires, pending, cancel, now, undecided = row
+    key, length, updated_at, stored, holder, expires, pending, cancel, now, undecided, metadata = row
     session_id = decode_text(key)
     state = runs.derive_state(values.text(stored), values.utc(expires), values.utc(now), session_id)
     holder, expires, updated_at = values.text(holder), values.utc(expires), values.utc(updated_at)
     waits = (undecided or 0) if state is RunState.WAITING else 0
     # BOOLEAN is TINYINT: the driver gives 0 or 1.
-    return SessionInfo(session_id, length, updated_at, state, holder, expires, pending, bool(cancel), waits)
+    return SessionInfo(
+        session_id, length, updated_at, state, holder, expires, pending, bool(cancel), waits, load_metadata(metadata)
+    )
 
 
 def _approvals(cur: Any, key: bytes) -> tuple[str | None, int]:

@@ -67,6 +67,7 @@ from agentsessions.approvals import Approval, Decision, pending_error
 from agentsessions.codec import decode_text, encode_text
 from agentsessions.errors import ConflictError, SchemaMissingError, StoreError
 from agentsessions.messages import Message
+from agentsessions.metadata import check_metadata, metadata_filter
 from agentsessions.runs import (
     ENDINGS,
     Claim,
@@ -193,9 +194,12 @@ _SELECT_KEY = "SELECT digest FROM agentsessions_steer_keys WHERE session_id = %s
 _TAKE_STEERS = "DELETE FROM agentsessions_steers WHERE session_id = %s RETURNING seq, text"
 _PEEK_STEERS = "SELECT seq, text FROM agentsessions_steers WHERE session_id = %s ORDER BY seq"
 _DELETE_TAKEN = "DELETE FROM agentsessions_steers WHERE session_id = %s AND seq = ANY(%s::bigint[])"
+_DELETE_METADATA = "DELETE FROM agentsessions_metadata WHERE session_id = %s"
+_INSERT_METADATA = "INSERT INTO agentsessions_metadata (session_id, mkey, mvalue) VALUES (%s, %s, %s)"
 # The record first: that waits for a save holding it, which then leaves no row behind.
 _DELETE_SESSION = (
     "DELETE FROM agentsessions_sessions WHERE id = %s",
+    _DELETE_METADATA,
     "DELETE FROM agentsessions_messages WHERE session_id = %s",
     "DELETE FROM agentsessions_steers WHERE session_id = %s",
     "DELETE FROM agentsessions_steer_keys WHERE session_id = %s",
@@ -291,7 +295,10 @@ RETURNING s.id, s.token, s.cancel_requested
 """
 _RECORD = """s.id, s.length, s.updated_at, s.run_state, s.holder, s.lease_expires_at, s.cancel_requested,
        (SELECT count(*) FROM agentsessions_steers AS t WHERE t.session_id = s.id), statement_timestamp(),
-       (SELECT a.pending FROM agentsessions_approvals AS a WHERE a.session_id = s.id)"""
+       (SELECT a.pending FROM agentsessions_approvals AS a WHERE a.session_id = s.id),
+       (SELECT json_object_agg(m.mkey, m.mvalue) FROM agentsessions_metadata AS m WHERE m.session_id = s.id)"""
+# One pair of sessions(metadata=...): the session ids the pair's index gives.
+_HOLDS_PAIR = " AND s.id IN (SELECT session_id FROM agentsessions_metadata WHERE mkey = %(k{n})s AND mvalue = %(v{n})s)"
 _INFO = f"SELECT {_RECORD} FROM agentsessions_sessions AS s WHERE s.id = %(id)s"
 # Keyset pages over the (updated_at, id) index, newest first, never OFFSET. A row value
 # with NULL compares NULL, so never-saved records are walked in a second pass.
@@ -425,13 +432,32 @@ class PostgresStore:
         row = cur.fetchone()
         return SessionInfo(session_id) if row is None else _info(row)
 
+    def set_metadata(self, session_id: str, metadata: Mapping[str, str]) -> None:
+        """Make ``metadata`` the session's whole metadata, in one transaction; makes the record if there is none."""
+        key = encode_text(check_session_id(session_id))
+        pairs = check_metadata(metadata)
+        # The record's lock orders replacements of one session's metadata: each is whole.
+        with self._transaction("set the metadata", session_id) as conn:
+            conn.execute(_LOCK_SESSION, (key, new_revision()))
+            conn.execute(_DELETE_METADATA, (key,))
+            if pairs:
+                conn.cursor().executemany(_INSERT_METADATA, [(key, name, value) for name, value in pairs.items()])
+
     def sessions(
-        self, *, state: RunState | Collection[RunState] | None = None, updated_before: datetime.datetime | None = None
+        self,
+        *,
+        state: RunState | Collection[RunState] | None = None,
+        updated_before: datetime.datetime | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> Iterator[SessionInfo]:
-        """Every session, newest update first (never saved last, ties by id), fetched in pages."""
-        states, before = state_filter(state), check_updated_before(updated_before)
+        """Every session (holding each pair of ``metadata``), newest update first (never saved last), in pages."""
+        states, before, pairs = state_filter(state), check_updated_before(updated_before), metadata_filter(metadata)
         where = "" if states is None else " AND (" + " OR ".join(_STATE_SQL[s] for s in sorted(states)) + ")"
-        return self._listing(where, before)
+        params: dict[str, Any] = {}
+        for n, (name, value) in enumerate(sorted((pairs or {}).items())):
+            where += _HOLDS_PAIR.format(n=n)
+            params |= {f"k{n}": name, f"v{n}": value}
+        return self._listing(where, params, before)
 
     def delete(self, session_id: str) -> bool:
         """Remove transcript, steers and record in one transaction; ``True`` if the session existed."""
@@ -537,18 +563,21 @@ class PostgresStore:
 
     # --- Connections and transactions ------------------------------------------------------
 
-    def _listing(self, where: str, before: datetime.datetime | None) -> Iterator[SessionInfo]:
+    def _listing(self, where: str, params: dict[str, Any], before: datetime.datetime | None) -> Iterator[SessionInfo]:
         saved = _PAGE.format(where=_SAVED_BELOW + where, order=_NEWEST_FIRST)
         first = {"updated": before or _LATEST, "id": b""}
-        yield from pages(functools.partial(self._page, saved, first), _after, "PostgreSQL store", PAGE_SIZE)
+        page = functools.partial(self._page, saved, params, first)
+        yield from pages(page, _after, "PostgreSQL store", PAGE_SIZE)
         if before is None:  # updated_before excludes the never-saved records
             never_saved = _PAGE.format(where=_NEVER_SAVED_BELOW + where, order=_BY_ID)
-            first = {"id": _ABOVE_EVERY_ID}
-            yield from pages(functools.partial(self._page, never_saved, first), _after, "PostgreSQL store", PAGE_SIZE)
+            page = functools.partial(self._page, never_saved, params, {"id": _ABOVE_EVERY_ID})
+            yield from pages(page, _after, "PostgreSQL store", PAGE_SIZE)
 
-    def _page(self, query: str, first: dict[str, Any], bound: dict[str, Any] | None) -> Page[tuple[Any, ...]]:
+    def _page(
+        self, query: str, params: dict[str, Any], first: dict[str, Any], bound: dict[str, Any] | None
+    ) -> Page[tuple[Any, ...]]:
         with self._transaction("list the sessions") as conn:
-            cur = _cursor(conn).execute(query, bound or first)
+            cur = _cursor(conn).execute(query, {**params, **(bound or first)})
         return cur.fetchall(), _info
 
     # --- Approvals --------------------------------------------------------------------------
@@ -723,12 +752,13 @@ def _one(cur: psycopg.Cursor[tuple[Any, ...]]) -> tuple[Any, ...]:
 
 
 def _info(row: tuple[Any, ...]) -> SessionInfo:
-    key, length, updated, run_state, holder, expires, cancel, pending, now, undecided = row
+    key, length, updated, run_state, holder, expires, cancel, pending, now, undecided, metadata = row
     session_id = decode_text(key)
     state = derive_state(run_state, expires, now, session_id)
     waits = (undecided or 0) if state is RunState.WAITING else 0
+    holder, expires = values.text(holder), values.utc(expires)
     return SessionInfo(
-        session_id, length, values.utc(updated), state, values.text(holder), values.utc(expires), pending, cancel, waits
+        session_id, length, values.utc(updated), state, holder, expires, pending, cancel, waits, metadata or {}
     )
 
 

@@ -34,6 +34,7 @@ from agentsessions.approvals import Approval, Decision, pending_error
 from agentsessions.codec import decode_text, dump_message, encode_text
 from agentsessions.errors import ConflictError
 from agentsessions.messages import Message
+from agentsessions.metadata import check_metadata, from_pair_texts, metadata_filter, pair_texts
 from agentsessions.runs import (
     Claim,
     Progress,
@@ -110,6 +111,7 @@ class RedisStore:
         )
         self._fork, self._claim, self._renew = register(scripts.FORK), register(scripts.CLAIM), register(scripts.RENEW)
         self._wait, self._decide = register(scripts.WAIT), register(scripts.DECIDE)
+        self._set_metadata = register(scripts.SET_METADATA)
 
     def __repr__(self) -> str:
         # Host, port and db only: the connection's keyword arguments also hold the password.
@@ -187,7 +189,7 @@ class RedisStore:
         key = encode_text(check_session_id(session_id))
         with self._errors("read the record", session_id):
             pipe = self.client.pipeline(transaction=True)
-            pipe.hmget(self._record(key), ["u", "st", "h", "x", "c", "pa"])
+            pipe.hmget(self._record(key), ["u", "st", "h", "x", "c", "pa", "md"])
             pipe.llen(self._messages(key))
             pipe.zcard(self._steers(key))
             pipe.time()
@@ -198,24 +200,41 @@ class RedisStore:
             session_id, stamp, [b"" if f is None else f for f in fields], length, pending, seconds * 10**6 + micros
         )
 
+    def set_metadata(self, session_id: str, metadata: Mapping[str, str]) -> None:
+        """Make ``metadata`` the session's whole metadata, and move it between pairs' indexes, in one script."""
+        key = encode_text(check_session_id(session_id))
+        pairs = _pairs(check_metadata(metadata))
+        with self._errors("set the metadata", session_id):
+            self._set_metadata([self._record(key), self._index], [key, b"\n".join(pairs)])
+
     def sessions(
-        self, *, state: RunState | Collection[RunState] | None = None, updated_before: datetime.datetime | None = None
+        self,
+        *,
+        state: RunState | Collection[RunState] | None = None,
+        updated_before: datetime.datetime | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> Iterator[SessionInfo]:
-        """Every session, newest update first (never saved last, ties by id), fetched in pages."""
-        states, before = state_filter(state), check_updated_before(updated_before)
+        """Every session (holding each pair of ``metadata``), newest update first (never saved last), in pages."""
+        states, before, pairs = state_filter(state), check_updated_before(updated_before), metadata_filter(metadata)
+        # One pair's index holds its sessions alone; the other pairs are checked on what it lists.
+        index = self._index if not pairs else self._prefix + b"p:" + _pairs(pairs)[0]
         if before is None:
-            return self._listing(states, b"+", b"-")
+            return self._listing(index, states, pairs, b"+", b"-")
         # Exclusive of the stamp itself: a member stamped `before` sorts after it. The lower
         # bound leaves out the never-saved records, which updated_before excludes.
-        return self._listing(states, b"(" + _stamp(before), b"[" + b"0" * 15 + b"1")
+        return self._listing(index, states, pairs, b"(" + _stamp(before), b"[" + b"0" * 15 + b"1")
 
-    def _listing(self, states: frozenset[RunState] | None, high: bytes, low: bytes) -> Iterator[SessionInfo]:
-        infos = pages(functools.partial(self._read_page, high, low), _after, "Redis store", PAGE_SIZE)
-        yield from (info for info in infos if states is None or info.state in states)
+    def _listing(
+        self, index: bytes, states: frozenset[RunState] | None, pairs: dict[str, str] | None, high: bytes, low: bytes
+    ) -> Iterator[SessionInfo]:
+        infos = pages(functools.partial(self._read_page, index, high, low), _after, "Redis store", PAGE_SIZE)
+        for info in infos:
+            if (states is None or info.state in states) and (pairs is None or pairs.items() <= info.metadata.items()):
+                yield info
 
-    def _read_page(self, high: bytes, low: bytes, bound: bytes | None) -> Page[Any]:
+    def _read_page(self, index: bytes, high: bytes, low: bytes, bound: bytes | None) -> Page[Any]:
         with self._errors("list the sessions"):
-            now, *rows = self._page([self._index], [bound or high, low, PAGE_SIZE, self._prefix])
+            now, *rows = self._page([index], [bound or high, low, PAGE_SIZE, self._prefix])
         return rows, functools.partial(_listed_info, now=int(now))
 
     def delete(self, session_id: str) -> bool:
@@ -411,8 +430,13 @@ def _tail(plan: SavePlan, known: int | None, revision: int) -> list[Any]:
     return ["" if known is None else known, keep, revision, *bodies]
 
 
+def _pairs(metadata: Mapping[str, str]) -> list[bytes]:
+    """How the record and the pairs' indexes name each pair: its JSON text in UTF-8."""
+    return [text.encode() for text in pair_texts(metadata)]
+
+
 def _info(session_id: str, stamp: bytes, fields: Sequence[bytes], length: int, pending: int, now: int) -> SessionInfo:
-    stored, holder, expires, cancel, undecided = fields
+    stored, holder, expires, cancel, undecided, md = fields
     state = derive_state(_text(stored) or None, _time(expires), values.moment(now), session_id)
     return SessionInfo(
         session_id,
@@ -424,6 +448,7 @@ def _info(session_id: str, stamp: bytes, fields: Sequence[bytes], length: int, p
         pending,
         cancel == b"1",
         int(undecided or 0) if state is RunState.WAITING else 0,
+        from_pair_texts(md.split(b"\n")) if md else {},
     )
 
 

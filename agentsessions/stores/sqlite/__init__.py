@@ -32,6 +32,7 @@ from agentsessions.approvals import Approval, Decision, pending_error
 from agentsessions.codec import decode_text, encode_text
 from agentsessions.errors import ConflictError
 from agentsessions.messages import Message
+from agentsessions.metadata import check_metadata, load_metadata, metadata_filter
 from agentsessions.runs import (
     ENDINGS,
     Claim,
@@ -113,7 +114,10 @@ _COPY_MESSAGES = """
 INSERT INTO agentsessions_messages (session_id, position, body)
 SELECT ?, position, body FROM agentsessions_messages WHERE session_id = ? AND position < ? ORDER BY position
 """
+_DELETE_METADATA = "DELETE FROM agentsessions_metadata WHERE session_id = ?"
+_INSERT_METADATA = "INSERT INTO agentsessions_metadata (session_id, mkey, mvalue) VALUES (?, ?, ?)"
 _DELETE_SESSION = (
+    _DELETE_METADATA,
     "DELETE FROM agentsessions_messages WHERE session_id = ?",
     "DELETE FROM agentsessions_steers WHERE session_id = ?",
     "DELETE FROM agentsessions_steer_keys WHERE session_id = ?",
@@ -143,7 +147,10 @@ WHERE session_id = ? AND body = ?
 _PENDING = "SELECT pending FROM agentsessions_approvals WHERE session_id = ?"
 _INFO_COLUMNS = """id, length, updated_at, run_state, holder, lease_expires_at, cancel_requested,
        (SELECT count(*) FROM agentsessions_steers WHERE session_id = s.id),
-       (SELECT pending FROM agentsessions_approvals WHERE session_id = s.id)"""
+       (SELECT pending FROM agentsessions_approvals WHERE session_id = s.id),
+       (SELECT json_group_object(mkey, mvalue) FROM agentsessions_metadata WHERE session_id = s.id)"""
+# One pair of sessions(metadata=...): the session ids the pair's index gives.
+_HOLDS_PAIR = " AND id IN (SELECT session_id FROM agentsessions_metadata WHERE mkey = :k{n} AND mvalue = :v{n})"
 _INFO = f"SELECT {_INFO_COLUMNS} FROM agentsessions_sessions AS s WHERE id = ?"
 # Keyset pages over the (updated_at, id) index, newest first; SQLite sorts NULL lowest, so
 # never-saved records come last, walked in a second pass (a row value with NULL compares NULL).
@@ -252,12 +259,29 @@ class SQLiteStore:
             row = self._connection().execute(_INFO, (key,)).fetchone()
         return SessionInfo(session_id) if row is None else _info(row, now)
 
+    def set_metadata(self, session_id: str, metadata: Mapping[str, str]) -> None:
+        """Make ``metadata`` the session's whole metadata, in one transaction; makes the record if there is none."""
+        key = encode_text(check_session_id(session_id))
+        pairs = check_metadata(metadata)
+        with self._errors("set the metadata", session_id), self._transaction() as db:
+            db.execute(_CREATE_RECORD, (key, new_revision()))
+            db.execute(_DELETE_METADATA, (key,))
+            db.executemany(_INSERT_METADATA, [(key, name, value) for name, value in pairs.items()])
+
     def sessions(
-        self, *, state: RunState | Collection[RunState] | None = None, updated_before: datetime.datetime | None = None
+        self,
+        *,
+        state: RunState | Collection[RunState] | None = None,
+        updated_before: datetime.datetime | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> Iterator[SessionInfo]:
-        """Every session, newest update first (never saved last, ties by id), fetched in pages."""
-        states, before = state_filter(state), check_updated_before(updated_before)
-        return self._listing(_where(states), _LATEST if before is None else values.micros(before), before is None)
+        """Every session (holding each pair of ``metadata``), newest update first (never saved last), in pages."""
+        states, before, pairs = state_filter(state), check_updated_before(updated_before), metadata_filter(metadata)
+        where, params = _where(states), dict[str, Any]()
+        for n, (name, value) in enumerate(sorted((pairs or {}).items())):
+            where += _HOLDS_PAIR.format(n=n)
+            params |= {f"k{n}": name, f"v{n}": value}
+        return self._listing(where, params, _LATEST if before is None else values.micros(before), before is None)
 
     def delete(self, session_id: str) -> bool:
         """Remove transcript, steers and record in one transaction; ``True`` if the session existed."""
@@ -398,17 +422,18 @@ class SQLiteStore:
             connection.close()
             self._local.connection = None
 
-    def _listing(self, where: str, before: int, never_saved: bool) -> Iterator[SessionInfo]:
+    def _listing(self, where: str, params: dict[str, Any], before: int, never_saved: bool) -> Iterator[SessionInfo]:
         name, saved = f"SQLite store {self.path!r}", _SAVED_BELOW + where
-        yield from pages(
-            functools.partial(self._page, saved, saved, {"updated": before, "id": b""}), _after, name, PAGE_SIZE
-        )
+        first = {**params, "updated": before, "id": b""}
+        yield from pages(functools.partial(self._page, saved, saved, params, first), _after, name, PAGE_SIZE)
         if never_saved:  # updated_before excludes the never-saved records
-            never = functools.partial(self._page, _NEVER_SAVED + where, _NEVER_SAVED_BELOW + where, {})
+            never = functools.partial(self._page, _NEVER_SAVED + where, _NEVER_SAVED_BELOW + where, params, params)
             yield from pages(never, _after, name, PAGE_SIZE)
 
-    def _page(self, first: str, then: str, start: dict[str, Any], bound: dict[str, Any] | None) -> Page[Any]:
-        where, bound = (first, start) if bound is None else (then, bound)
+    def _page(
+        self, first: str, then: str, params: dict[str, Any], start: dict[str, Any], bound: dict[str, Any] | None
+    ) -> Page[Any]:
+        where, bound = (first, start) if bound is None else (then, {**params, **bound})
         # A page's `now` decides both the state filter and the states reported, so they agree.
         now = _now()
         with self._errors("list the sessions"):
@@ -493,7 +518,7 @@ def _hold(db: sqlite3.Connection, key: bytes) -> tuple[str | None, int | None, b
 
 
 def _info(row: Sequence[Any], now: int) -> SessionInfo:
-    key, length, updated, run_state, holder, expires, cancel, pending, undecided = row
+    key, length, updated, run_state, holder, expires, cancel, pending, undecided, metadata = row
     session_id = decode_text(key)
     return SessionInfo(
         session_id,
@@ -505,6 +530,7 @@ def _info(row: Sequence[Any], now: int) -> SessionInfo:
         pending,
         bool(cancel),
         (undecided or 0) if run_state == RunState.WAITING else 0,
+        load_metadata(metadata),
     )
 
 

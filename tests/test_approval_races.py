@@ -1,0 +1,93 @@
+"""Deciders in separate processes racing on one waiting session, on every persistent store.
+
+Each trial makes a session wait for two calls, then starts ``DECIDERS`` processes at one
+signal: the even ones approve both calls, the odd ones reject both, each once. Exactly one
+kind of decision may be stored, on both calls (a batch is all or none); every decider of
+that kind either recorded it or was told the state (a retry of the same decision), and
+every decider of the other kind got ``ConflictError``. Never two decisions on one call.
+``AGENTSESSIONS_DECIDE_TRIALS`` (default 3) sets the trials per backend; a failure names
+its seed. ``-s`` prints the counts.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections import Counter
+from multiprocessing.connection import Connection
+from typing import Any
+
+import pytest
+
+import agentsessions as agent
+from agentsessions.runs import utcnow
+from tests.support.backends import Opener
+from tests.support.sending import context
+
+pytestmark = pytest.mark.slow  # processes
+
+TRIALS = int(os.environ.get("AGENTSESSIONS_DECIDE_TRIALS", "3"))
+SEED = int(os.environ.get("AGENTSESSIONS_DECIDE_SEED", str(random.randrange(10**6))))
+DECIDERS = 4
+SECONDS = 60.0
+CALLS = ("c1", "c2")
+
+
+def decider(opener: Opener, session_id: str, n: int, go: Any, reports: Connection) -> None:
+    """Approve (even ``n``) or reject (odd) both calls once, at the signal; report what happened."""
+    with opener() as store:
+        session = agent.open(session_id, store)
+        choice = agent.Decision.approve(by=f"d{n}") if n % 2 == 0 else agent.Decision.reject(reason="no", by=f"d{n}")
+        go.wait(SECONDS)
+        try:
+            state = session.decide(dict.fromkeys(CALLS, choice))
+        except agent.ConflictError:
+            reports.send((n, choice.decision, "conflict"))
+        except Exception as error:  # reported, so the test names it
+            reports.send((n, choice.decision, f"error {error!r}"))
+        else:
+            reports.send((n, choice.decision, state.value))
+
+
+def waiting_session(store: agent.RunStore, session_id: str) -> None:
+    """A session released WAITING for the two calls, as a run leaves it."""
+    assert isinstance(store, agent.ApprovalStore)
+    claim = store.claim(session_id, replica="test", lease=30)
+    store.save_run(claim, [agent.Message.user("go")])
+    store.wait(claim, [agent.Approval(c, "delete", '{"path": "x"}', utcnow()) for c in CALLS])
+
+
+def test_racing_deciders_in_processes_record_one_decision_per_call(opener: Opener) -> None:
+    print(f"\nseed {SEED}")
+    ctx = context()
+    tally: Counter[str] = Counter()
+    rng = random.Random(SEED)
+    with opener() as store:
+        for trial in range(TRIALS):
+            session_id = f"decide-{os.getpid()}-{SEED}-{trial}"
+            waiting_session(store, session_id)
+            go = ctx.Event()
+            pipe, child = ctx.Pipe(duplex=False)
+            order = rng.sample(range(DECIDERS), DECIDERS)  # who starts first varies by trial
+            processes = [ctx.Process(target=decider, args=(opener, session_id, n, go, child)) for n in order]
+            for process in processes:
+                process.start()
+            child.close()
+            go.set()
+            reports = [pipe.recv() for _ in processes if pipe.poll(SECONDS)]
+            for process in processes:
+                process.join(SECONDS)
+                assert process.exitcode == 0, f"seed {SEED} trial {trial}: a decider exited {process.exitcode}"
+            where = f"seed {SEED} trial {trial}: {sorted(reports)}"
+            assert len(reports) == DECIDERS and not [r for r in reports if r[2].startswith("error")], where
+            stored = {a.call_id: a.decision for a in store.approvals(session_id)}
+            assert len(set(stored.values())) == 1 and set(stored) == set(CALLS), f"{where}; stored {stored}"
+            kind = stored["c1"]
+            for _, decision, outcome in reports:
+                want = "waiting" if decision == kind else "conflict"
+                assert outcome == want, f"{where}; stored {kind}"
+                tally[f"{'winner kind' if decision == kind else 'loser kind'} {outcome}"] += 1
+            tally[f"won by {kind}"] += 1
+            assert store.info(session_id).pending_approvals == 0
+            store.delete(session_id)
+    print(dict(tally))
