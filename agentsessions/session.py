@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import inspect
+import os
+import socket
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
 
 from agentsessions.approvals import Approval, ApprovalStore, Decision, check_decisions
-from agentsessions.errors import InvalidSessionIdError
-from agentsessions.messages import Message
+from agentsessions.errors import ConflictError, InvalidSessionIdError
+from agentsessions.messages import Content, Message, Role, put_results
 from agentsessions.metadata import check_metadata
 from agentsessions.runs import Claim, Progress, Renewal, RunState, SessionInfo, Steer
 
@@ -301,13 +304,21 @@ class StoreSession:
         self.store.set_metadata(self.id, checked)
 
     def cancel(self) -> bool:
-        """Ask the run holding this session to stop; ``False`` when no live run holds it.
+        """Ask the run holding this session to stop, or end its wait for approval; ``False`` when neither.
 
         The request reaches the run, in whatever process, with its next save or its
         process's next lease renewal (within ``lease / 3``); it then stops before its next
-        model request or tool call.
+        model request or tool call. A session that waits for approval (``WAITING``) has its
+        wait ended instead: each undecided call is rejected (``by="cancel"``), every call of
+        the wait gets an ``is_error`` result saying it was cancelled, and the session ends
+        ``CANCELLED``, all under a claim of its own.
         """
-        return self._runs().cancel(self.id)
+        store = self._runs()
+        if store.cancel(self.id):
+            return True
+        if isinstance(store, ApprovalStore) and store.info(self.id).state is RunState.WAITING:
+            return _end_wait(store, self.id)
+        return False
 
     def fork(self, new_id: str, *, at: int | None = None) -> StoreSession:
         """A new session holding this one's first ``at`` messages (all when ``None``), ``IDLE``, no steers.
@@ -361,6 +372,47 @@ class StoreSession:
     def take_steers(self) -> list[str]:
         """Remove and return the waiting steers, oldest first."""
         return self.store.take_steers(self.id)
+
+
+CANCELLED_WAIT = "the wait for approval was cancelled, so this tool call did not run"
+"""The result every call of a wait gets when ``session.cancel()`` ends the wait."""
+
+
+def _end_wait(store: RunStore, session_id: str) -> bool:
+    """Reject the wait's undecided calls, then under a claim answer every pending call as cancelled and end.
+
+    A decision or a resumed run can race it: a decision just made stands (the call is
+    answered as cancelled all the same); a run that claimed the session first is asked
+    to cancel instead.
+    """
+    assert isinstance(store, ApprovalStore)
+    reject = Decision.reject(reason=CANCELLED_WAIT, by="cancel")
+    undecided = {a.call_id: reject for a in store.approvals(session_id) if a.decision is None}
+    with contextlib.suppress(ConflictError):  # one was decided meanwhile, or the wait ended: go on
+        if undecided:
+            store.decide(session_id, undecided)
+    try:
+        claim = store.claim(session_id, replica=f"{socket.gethostname()}:{os.getpid()}", lease=30.0)
+    except ConflictError:
+        return store.cancel(session_id)  # a run took the session first: it is the one to stop
+    transcript = store.messages(session_id)
+    _answer_as_cancelled(transcript)
+    store.save_run(claim, transcript, end=RunState.CANCELLED)
+    return True
+
+
+def _answer_as_cancelled(transcript: list[Message]) -> None:
+    """Give the last assistant message's unanswered tool calls the cancelled result."""
+    if transcript and transcript[-1].role is Role.ASSISTANT:
+        calls, results = transcript[-1].tool_uses, []
+    elif len(transcript) >= 2 and transcript[-2].role is Role.ASSISTANT:
+        results = [c for c in transcript[-1].content if c.part_of_result]
+        answered = {c.tool_use_id for c in results}
+        calls = tuple(use for use in transcript[-2].tool_uses if use.id not in answered)
+    else:
+        return
+    if calls:
+        put_results(transcript, [*results, *(Content.tool_result(c.id, CANCELLED_WAIT, is_error=True) for c in calls)])
 
 
 def open(session_id: str, store: Store) -> StoreSession:

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 import agentsessions as agent
+from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.runs import utcnow
 from tests.support.backends import Opener
 from tests.support.sending import context
@@ -91,3 +92,36 @@ def test_racing_deciders_in_processes_record_one_decision_per_call(opener: Opene
             assert store.info(session_id).pending_approvals == 0
             store.delete(session_id)
     print(dict(tally))
+
+
+def test_a_wait_is_decided_resumed_and_cancelled_through_each_store(opener: Opener) -> None:
+    ran: list[str] = []
+
+    @agent.tool(needs_approval=True)
+    def delete(path: str) -> str:
+        """Delete a file."""
+        ran.append(path)
+        return f"deleted {path}"
+
+    def asks(*paths: str) -> agent.Message:
+        uses = [agent.Content.tool_use(f"c-{p}", "delete", f'{{"path": "{p}"}}') for p in paths]
+        return agent.Message(agent.Role.ASSISTANT, uses)
+
+    with opener() as store:
+        for name in ("resumed", "cancelled"):
+            session = agent.open(f"approvals-{os.getpid()}-{SEED}-{name}", store)
+            spec = agent.Spec(session=session, tools=[delete], journal=True)
+            endpoint = ScriptedEndpoint([asks("a", "b"), agent.Message.assistant("done")])
+            waited = agent.Runner().run(spec, [agent.Message.user("tidy")], endpoint)
+            assert [a.call_id for a in waited.approvals] == ["c-a", "c-b"]
+            assert (session.info().state, session.info().pending_approvals) == (agent.RunState.WAITING, 2)
+            assert session.approve("c-a", by="ann") is agent.RunState.WAITING
+            if name == "cancelled":
+                assert session.cancel() is True and session.info().state is agent.RunState.CANCELLED
+                assert [a.decision for a in store.approvals(session.id)] == ["approved", "rejected"]
+            else:
+                assert session.reject("c-b", reason="keep b") is agent.RunState.WAITING
+                result = agent.Runner().run(spec, agent.Resume(), endpoint)
+                assert (result.text, session.info().state) == ("done", agent.RunState.FINISHED)
+                assert ran == ["a"]
+            session.delete()

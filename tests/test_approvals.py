@@ -16,6 +16,7 @@ import pytest
 import agentsessions as agent
 from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.loop import IN_DOUBT
+from agentsessions.session import CANCELLED_WAIT
 from agentsessions.stores.memory import MemoryStore
 
 USER = agent.Message.user("tidy the files")
@@ -224,3 +225,21 @@ def test_bad_decisions_are_refused_before_any_write(setup: Any) -> None:
     with pytest.raises(ValueError):
         agent.Decision("maybe")  # type: ignore[arg-type]
     assert session.info().pending_approvals == 1
+
+
+def test_cancel_ends_a_wait_answering_every_call_as_cancelled(setup: Any) -> None:
+    _, session, tools, spec = setup
+    agent.Runner().run(spec, [USER], ScriptedEndpoint([calls(("look", "a"), ("delete", "a"), ("delete", "b"))]))
+    session.approve("c2")
+    assert session.cancel() is True
+    info = session.info()
+    assert (info.state, info.pending_approvals) == (agent.RunState.CANCELLED, 0)
+    answered = results(session.messages()[-1])
+    assert answered["c1"].text == "a: 3 lines"  # run before the wait: kept
+    assert [answered[c].text for c in ("c2", "c3")] == [CANCELLED_WAIT] * 2 and answered["c3"].is_error
+    assert tools.ran == ["look a"]
+    assert session.cancel() is False  # nothing left to cancel
+    with pytest.raises(agent.ConflictError):
+        session.approve("c3")  # the wait is over
+    result = agent.Runner().run(spec, agent.Resume("never mind"), ScriptedEndpoint([agent.Message.assistant("ok")]))
+    assert result.stop_reason == "end_turn" and tools.ran == ["look a"]
