@@ -61,3 +61,5 @@ def test_session_listing_quick_mode_lists_the_user_beside_listing_by_state() -> 
     assert "sqlite,     1,000 sessions: u42's 20 newest" in done.stdout, done.stdout
     for store in ("postgres", "mysql", "redis"):  # measured, or skipped saying why
         assert f"{store},     1,000 sessions" in done.stdout or f"{store}: skipped (" in done.stdout, done.stdout
+    peer = "LangGraph PostgresSaver,     1,000 sessions"
+    assert peer in done.stdout or "langgraph: skipped (" in done.stdout, done.stdout
