@@ -19,10 +19,12 @@ write_timeout=30, init_command="SET SESSION innodb_lock_wait_timeout = 10")``. K
 ``read_timeout`` above ``innodb_lock_wait_timeout`` (50 s unless set, hence that
 ``init_command``): a call waiting for a lock then gets the server's lock-wait error, not a
 client timeout after which the server keeps the abandoned transaction's locks until its
-own wait ends. A call whose server stops answering fails with a :class:`StoreError` saying
-so within one ``read_timeout`` over a plain connection, a few through a DBUtils pool (it
-retries connecting, each try bounded alike); the next call gets a fresh connection from a
-pool that checks connections before lending them (DBUtils' default ``ping=1``).
+own wait ends. PyMySQL's timeouts bound each read and write, not a call: a call whose
+server stops answering, at any stage, fails with a :class:`StoreError` saying so within one
+``read_timeout`` over a new connection per call, two through the DBUtils pool that
+docs/stores/postgresql-mysql.md sets up (``ping=0, reset=False``: the statement's read,
+then DBUtils' one reconnect; ``stores.from_url`` makes that pool), up to four through a
+PooledDB with its defaults (a ping, a reconnect, the statement, the ROLLBACK on return).
 """
 
 from __future__ import annotations
@@ -669,8 +671,12 @@ class MySQLStore:
 
 
 def _where(connect: Callable[[], Any]) -> str:
-    """What ``connect`` connects to, for a repr: ``'host:port/database'`` from a partial's keywords, else its name."""
+    """What ``connect`` connects to, for a repr: ``'host:port/database'`` from a partial's keywords, or a DBUtils
+    pool's (``PooledDB.connection``, what ``from_url`` makes), else its name."""
     func, keywords = (connect.func, connect.keywords) if isinstance(connect, functools.partial) else (connect, {})
+    pooled = getattr(getattr(connect, "__self__", None), "_kwargs", None)  # PooledDB keeps pymysql.connect's
+    if isinstance(pooled, dict):
+        keywords = pooled
     if keywords.keys() & {"host", "port", "unix_socket", "database", "db"}:
         where = keywords.get("unix_socket") or f"{keywords.get('host') or 'localhost'}:{keywords.get('port') or 3306}"
         return repr(f"{where}/{keywords.get('database') or keywords.get('db') or ''}")
