@@ -23,8 +23,9 @@ from types import TracebackType
 
 from agentsessions import events as ev
 from agentsessions import persistence
+from agentsessions.approvals import Decision
 from agentsessions.endpoint import Endpoint
-from agentsessions.errors import ApprovalPendingError, RunError, RunnerClosedError, SessionBusyError
+from agentsessions.errors import ApprovalPendingError, ConflictError, RunError, RunnerClosedError, SessionBusyError
 from agentsessions.loop import EventSink, ReactLoop, SteerBox
 from agentsessions.messages import Message, check_transcript
 from agentsessions.persistence import Persistence
@@ -251,7 +252,14 @@ class Runner:
         return run
 
     def send(
-        self, spec: Spec, text: str, endpoint: Endpoint, events: EventSink | None = None, *, key: str | None = None
+        self,
+        spec: Spec,
+        text: str,
+        endpoint: Endpoint,
+        events: EventSink | None = None,
+        *,
+        key: str | None = None,
+        on_waiting: str = "keep",
     ) -> Run | None:
         """Deliver one user message to the spec's session: the one call a chat view needs.
 
@@ -273,7 +281,15 @@ class Runner:
         it already taken from the store (a run answered it, or is answering it) starts no
         run. The same key with another text raises :class:`ConflictError`. Keys need a
         session from :func:`agentsessions.open` over a :class:`RunStore`.
+
+        ``on_waiting`` says what a text does to a session that waits for approval
+        (``WAITING``): ``"keep"`` leaves it stored for the run after the decision and returns
+        ``None``; ``"reject"`` rejects every undecided call with the text as the reason
+        (``by="user"``) and starts the run that answers it. A decision racing it stands
+        (each call is decided once); the text is answered once either way.
         """
+        if on_waiting not in ("keep", "reject"):
+            raise ValueError(f'on_waiting must be "keep" or "reject", got {on_waiting!r:.80}')
         text = check_steer(text)
         session = spec.session if isinstance(spec, Spec) else None
         if session is None:
@@ -290,6 +306,8 @@ class Runner:
         # new run would answer the transcript's end a second time.
         if key is not None and isinstance(session, StoreSession) and not session.info().pending_steers:
             return mine
+        if state is RunState.WAITING and on_waiting == "reject" and isinstance(session, StoreSession):
+            _reject_undecided(session, text)
         try:
             return self._launch(self._prepare(spec, Resume(), endpoint, events, for_steers=True))
         except SessionBusyError:
@@ -356,6 +374,19 @@ def _keyed_steer(session: Session, text: str, key: str) -> RunState | None:
         kind = type(session).__name__
         raise TypeError(f"send(key=...) needs a session from agentsessions.open(id, store), got a {kind}")
     return session.steer(text, key=key)
+
+
+def _reject_undecided(session: StoreSession, reason: str) -> None:
+    """Reject every call of the session's wait nobody has decided, with ``reason``; decisions racing it stand."""
+    for _ in range(8):  # each refusal means another decision landed in between: fewer calls are left
+        undecided = [approval.call_id for approval in session.approvals() if approval.decision is None]
+        if not undecided:
+            return
+        try:
+            session.decide(dict.fromkeys(undecided, Decision.reject(reason=reason, by="user")))
+            return
+        except ConflictError:
+            continue
 
 
 def _same_session(one: Session | None, other: Session) -> bool:

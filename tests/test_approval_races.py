@@ -11,8 +11,11 @@ its seed. ``-s`` prints the counts.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import threading
+import time
 from collections import Counter
 from multiprocessing.connection import Connection
 from typing import Any
@@ -125,3 +128,54 @@ def test_a_wait_is_decided_resumed_and_cancelled_through_each_store(opener: Open
                 assert (result.text, session.info().state) == ("done", agent.RunState.FINISHED)
                 assert ran == ["a"]
             session.delete()
+
+
+def test_send_rejecting_races_a_decision_and_the_text_is_answered_once(opener: Opener) -> None:
+    """A person approves the call while the user's message rejects it (``on_waiting="reject"``), from two
+    store objects at once: one decision stands, the tool runs only if it is the approval, and the text is
+    in the transcript once, answered once."""
+    rng = random.Random(SEED)
+    tally: Counter[str] = Counter()
+    with opener() as store, opener() as other:
+        ran: list[str] = []
+
+        @agent.tool(needs_approval=True)
+        def delete(path: str) -> str:
+            """Delete a file."""
+            ran.append(path)
+            return f"deleted {path}"
+
+        for trial in range(2 * TRIALS):
+            ran.clear()
+            session_id = f"on-waiting-{os.getpid()}-{SEED}-{trial}"
+            use = agent.Content.tool_use("c1", "delete", '{"path": "a"}')
+            endpoint = ScriptedEndpoint(
+                [agent.Message(agent.Role.ASSISTANT, [use])] + [agent.Message.assistant("ok")] * 4
+            )
+            spec = agent.Spec(session=agent.open(session_id, store), tools=[delete])
+            agent.Runner().run(spec, [agent.Message.user("tidy")], endpoint)
+            other_session = agent.open(session_id, other)
+
+            def approve(other_session: agent.StoreSession = other_session) -> None:
+                time.sleep(rng.uniform(0, 0.02))  # send makes a few round trips before it decides
+                with contextlib.suppress(agent.ConflictError):
+                    other_session.approve("c1", by="ops")
+
+            approver = threading.Thread(target=approve)
+            approver.start()
+            time.sleep(rng.uniform(0, 0.003))
+            run = agent.Runner().send(spec, "no, keep it", endpoint, on_waiting="reject")
+            approver.join(SECONDS)
+            if run is None:  # the approval won and no run was started by send: the resumer's job
+                assert store.info(session_id).state is agent.RunState.WAITING
+                run = agent.Runner().start(spec, agent.Resume(), endpoint)
+            result = run.wait(SECONDS)
+            [approval] = store.approvals(session_id)
+            where = f"seed {SEED} trial {trial}: {approval}"
+            assert ran == (["a"] if approval.decision == "approved" else []), where
+            texts = [c.text for m in result.messages for c in m.content if c.type is agent.ContentType.TEXT]
+            assert texts.count("no, keep it") == 1 and result.text == "ok", where
+            assert store.info(session_id).state is agent.RunState.FINISHED, where
+            tally[str(approval.decision)] += 1
+            store.delete(session_id)
+    print(f"\nseed {SEED}: {dict(tally)}")

@@ -243,3 +243,23 @@ def test_cancel_ends_a_wait_answering_every_call_as_cancelled(setup: Any) -> Non
         session.approve("c3")  # the wait is over
     result = agent.Runner().run(spec, agent.Resume("never mind"), ScriptedEndpoint([agent.Message.assistant("ok")]))
     assert result.stop_reason == "end_turn" and tools.ran == ["look a"]
+
+
+def test_send_to_a_waiting_session_keeps_the_text_or_rejects_the_calls(setup: Any) -> None:
+    store, session, tools, spec = setup
+    endpoint = ScriptedEndpoint([calls(("delete", "a")), agent.Message.assistant("ok, not deleting")])
+    agent.Runner().run(spec, [USER], endpoint)
+    assert agent.Runner().send(spec, "wait, what?", endpoint) is None  # "keep", the default
+    assert (session.info().state, session.info().pending_steers) == (agent.RunState.WAITING, 1)
+    run = agent.Runner().send(spec, "no, keep a", endpoint, on_waiting="reject")
+    assert run is not None
+    result = run.wait(10)
+    assert (result.text, tools.ran, session.info().state) == ("ok, not deleting", [], agent.RunState.FINISHED)
+    [approval] = store.approvals("s")
+    assert (approval.decision, approval.by, approval.reason) == ("rejected", "user", "no, keep a")
+    last_user = result.messages[2]
+    rejected = results(last_user)["c1"]
+    assert rejected.is_error and "no, keep a" in rejected.text and "(user)" in rejected.text
+    assert [c.text for c in last_user.content if c.type is agent.ContentType.TEXT] == ["wait, what?", "no, keep a"]
+    with pytest.raises(ValueError, match="on_waiting"):
+        agent.Runner().send(spec, "x", endpoint, on_waiting="drop")
