@@ -22,7 +22,7 @@ from tests.support.backends import Opener, store_params
 from tests.support.previous_release import run_previous, snapshot
 from tests.support.schema_v1 import record_version, scratch_at, versions
 
-VERSIONED = ("sqlite", "postgres", "mysql")
+VERSIONED = ("sqlite", "postgres", "mysql", "mongodb", "redis")
 """The persistent stores that record a schema version, as tests.support.backends names them."""
 
 WANTED = 2
@@ -198,6 +198,10 @@ def _drop_versions(store: Any) -> None:
             conn.commit()
         finally:
             conn.close()
+    elif kind == "MongoStore":
+        store.database["agentsessions_schema"].delete_many({})
+    elif kind == "RedisStore":
+        store.client.delete(store.prefix + "schema")
     else:
         raise AssertionError(kind)
 

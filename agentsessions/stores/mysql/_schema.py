@@ -140,8 +140,8 @@ class MySQLMigrator:
 
     store = "MySQL store"
     version = SCHEMA_VERSION
-    comment = "--"
     language = "SQL"
+    comment = "--"
 
     def __init__(self, connect: Callable[[], Any], schema: list[str]) -> None:
         self.connect = connect
