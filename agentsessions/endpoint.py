@@ -57,11 +57,16 @@ def _is_assistant(_: object, __: attrs.Attribute[Message], value: Message) -> No
 
 @attrs.frozen
 class ModelResponse:
-    """The model's reply: an assistant message, why it stopped, and what it cost."""
+    """The model's reply: an assistant message, why it stopped, and what it cost.
+
+    ``model`` is the model the provider says answered (the response's own ``model`` field,
+    which may name a dated version of the model asked for); ``""`` when it says none.
+    """
 
     message: Message = attrs.field(validator=_is_assistant)
     stop_reason: str = "end_turn"
     usage: Usage = Usage()  # one shared instance: a Usage never changes
+    model: str = attrs.field(default="", validator=attrs.validators.instance_of(str), kw_only=True)
 
 
 @runtime_checkable

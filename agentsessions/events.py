@@ -24,11 +24,17 @@ if TYPE_CHECKING:
 @attrs.frozen
 class RunStarted:
     """A run began, before its first step: its session's id (``None`` without a session),
-    the runner's ``replica`` name, and the endpoint it asks (never shown in the repr)."""
+    the runner's ``replica`` name, and the endpoint it asks (never shown in the repr).
+
+    ``name`` is the spec's (``Spec.name``); ``took_over`` says the run's claim ended another
+    holder's lapsed lease (``Claim.took_over``): that run died or hung, and this one goes on.
+    """
 
     session_id: str | None
     replica: str
     endpoint: Endpoint = attrs.field(eq=False, repr=False)
+    name: str = ""
+    took_over: bool = False
 
 
 @attrs.frozen

@@ -60,6 +60,11 @@ class Hold:
         Heartbeat.of(store).add(hold)
         return hold
 
+    @property
+    def took_over(self) -> bool:
+        """Whether the claim ended another holder's lapsed lease."""
+        return self.claim.took_over
+
     def take_steers(self) -> list[str]:
         """The steers waiting in the store that this run has not taken yet, oldest first."""
         fresh = [s for s in self.store.peek_steers(self.claim.session_id) if s.seq not in self.taken]

@@ -45,6 +45,11 @@ class Persistence(Protocol):
         """Whether someone asked the run, through the store, to stop (learned at a save or renewal)."""
         ...
 
+    @property
+    def took_over(self) -> bool:
+        """Whether the run's claim ended another holder's lapsed lease (``Claim.took_over``)."""
+        ...
+
     def take_steers(self) -> list[str]:
         """Before a model request: the session's waiting steers, oldest first."""
         ...
@@ -95,6 +100,7 @@ class Nowhere:
 
     __slots__ = ()
     cancel_requested = False
+    took_over = False
 
     def take_steers(self) -> list[str]:
         return []
@@ -183,6 +189,10 @@ class Journal:
     @property
     def cancel_requested(self) -> bool:
         return self.inner.cancel_requested
+
+    @property
+    def took_over(self) -> bool:
+        return self.inner.took_over
 
     def take_steers(self) -> list[str]:
         return self.inner.take_steers()

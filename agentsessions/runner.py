@@ -120,8 +120,10 @@ class Run:
         interrupt: BaseException | None = None
         try:
             if self._emit:
-                session_id = getattr(self._loop.spec.session, "id", None)
-                self._emit(ev.RunStarted(session_id, self._replica, self._loop.endpoint))
+                spec, keep = self._loop.spec, self._loop.keep
+                session_id = getattr(spec.session, "id", None)
+                started = ev.RunStarted(session_id, self._replica, self._loop.endpoint, spec.name, keep.took_over)
+                self._emit(started)
             try:
                 self._loop.run()
             except Exception as caught:

@@ -80,12 +80,18 @@ class SessionInfo:
 
 @attrs.frozen
 class Claim:
-    """A run's hold on a session: its fencing ``token``, its ``replica`` and its ``lease`` in seconds."""
+    """A run's hold on a session: its fencing ``token``, its ``replica`` and its ``lease`` in seconds.
+
+    ``took_over``: the claim ended another holder's lapsed lease (the session was
+    ``STALLED``), not a first claim nor one after a release. The store decides it in the
+    same atomic step that makes the claim.
+    """
 
     session_id: str
     token: int
     replica: str
     lease: float
+    took_over: bool = False
 
 
 @attrs.frozen

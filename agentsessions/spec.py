@@ -69,6 +69,8 @@ class Spec:
     call as started right before it runs and its result right after (a small write each),
     so a run that dies mid-step never runs a finished call again, and never runs a call
     that may have run twice unless its tool is ``idempotent``.
+
+    ``name`` names the agent in telemetry (``gen_ai.agent.name``); ``""`` leaves it out.
     """
 
     pattern: Pattern = attrs.field(default=Pattern.REACT, converter=Pattern)
@@ -79,6 +81,7 @@ class Spec:
     max_tokens: int = attrs.field(default=4096, validator=[attrs.validators.instance_of(int), attrs.validators.ge(1)])
     lease: float = attrs.field(default=30.0, converter=check_lease)
     journal: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    name: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
 
 
 @attrs.frozen

@@ -2,11 +2,14 @@
 
     runner.run(spec, messages, endpoint, events=OpenTelemetry())
 
-One run is one ``invoke_agent`` span (kind ``INTERNAL``); each model request a ``chat {model}``
-child (``CLIENT``); each tool call an ``execute_tool {tool}`` child (``INTERNAL``). A run
+One run is one ``invoke_agent`` span (kind ``INTERNAL``; ``invoke_agent {name}`` with a
+``Spec.name``, which every span of the run carries as ``gen_ai.agent.name``); each model
+request a ``chat {model}`` child (``CLIENT``) with ``gen_ai.response.model``, the model the
+provider says answered; each tool call an ``execute_tool {tool}`` child (``INTERNAL``). A run
 with a session carries ``gen_ai.conversation.id`` = the session id on every span, so a
 session resumed by another replica continues under the same conversation id. Steers
-applied, saves, in-doubt journal results and a cancel are events on the run's span. The
+applied, saves, in-doubt journal results, a cancel, and a claim that took the session over
+from a holder whose lease lapsed are events on the run's span. The
 ``gen_ai.client.token.usage`` and ``gen_ai.client.operation.duration`` histograms are
 recorded with the buckets the convention advises.
 
@@ -84,7 +87,20 @@ def model_name(endpoint: Endpoint) -> str | None:
 class _RunTrace:
     """One run's spans and its own fenced ``then`` callback; lives from RunStarted to RunFinished."""
 
-    __slots__ = ("agent", "base", "chat", "chat_started", "context", "logged", "server", "started", "then", "tools")
+    __slots__ = (
+        "agent",
+        "base",
+        "chat",
+        "chat_started",
+        "context",
+        "logged",
+        "named",
+        "response_model",
+        "server",
+        "started",
+        "then",
+        "tools",
+    )
 
     def __init__(self, then: EventSink | None) -> None:
         self.then = Listener(then) if then is not None else None
@@ -92,6 +108,8 @@ class _RunTrace:
         self.context: otel_context.Context | None = None
         self.base: dict[str, str] = {}
         self.server: dict[str, str | int] = {}  # on model requests only: tools and runs are here
+        self.named: dict[str, str] = {}  # gen_ai.agent.name: on every span, in no metric
+        self.response_model = ""  # the model that gave the run's last answer
         self.chat: Span | None = None
         self.chat_started = 0.0
         self.tools: dict[str, tuple[Span, float]] = {}
@@ -195,10 +213,16 @@ class OpenTelemetry:
             base["gen_ai.conversation.id"] = event.session_id
         run.base = base
         run.server = server_of(event.endpoint)
+        run.named = {"gen_ai.agent.name": event.name} if event.name else {}
         outer = self._outer(run)
-        attributes = {"gen_ai.operation.name": "invoke_agent", **base, "agentsessions.replica": event.replica}
-        run.agent = self._tracer.start_span("invoke_agent", outer, SpanKind.INTERNAL, attributes)
+        attributes = {"gen_ai.operation.name": "invoke_agent", **base, **run.named}
+        attributes["agentsessions.replica"] = event.replica
+        name = f"invoke_agent {event.name}" if event.name else "invoke_agent"
+        run.agent = self._tracer.start_span(name, outer, SpanKind.INTERNAL, attributes)
         run.context = trace.set_span_in_context(run.agent)
+        if event.took_over:
+            # Another replica's run held this session and its lease ran out: it died or hung.
+            run.agent.add_event("agentsessions.session.taken_over", {"agentsessions.replica": event.replica})
 
     def _outer(self, run: _RunTrace) -> otel_context.Context | None:
         """The parent of a run's span: the tool call of the run it was started in, else the caller's context."""
@@ -233,15 +257,27 @@ class OpenTelemetry:
                 "agentsessions.unapplied_steers": len(result.unapplied_steers),
             }
         )
+        if run.response_model:
+            agent.set_attribute("gen_ai.response.model", run.response_model)
         if result.stop_reason == StopReason.CANCELLED:
             agent.add_event("agentsessions.run.cancelled", {"agentsessions.step": result.steps})
         self._end(agent, run.started, run, "invoke_agent", error)
 
     def _end(
-        self, span: Span, started: float, run: _RunTrace, operation: str, error: BaseException | str | None
+        self,
+        span: Span,
+        started: float,
+        run: _RunTrace,
+        operation: str,
+        error: BaseException | str | None,
+        answered: dict[str, str] | None = None,
     ) -> None:
-        """End ``span``, failed with ``error`` (an exception, or its ``error.type``) if set; record the duration."""
+        """End ``span``, failed with ``error`` (an exception, or its ``error.type``) if set; record the duration.
+
+        ``answered``: a model request's ``gen_ai.response.model``, for the duration metric.
+        """
         attributes = {"gen_ai.operation.name": operation, **run.base, **(run.server if operation == "chat" else {})}
+        attributes.update(answered or {})
         if error is not None:
             error_type = error if isinstance(error, str) else type(error).__qualname__
             self._fail(span, error_type, None if isinstance(error, str) else error)
@@ -264,6 +300,7 @@ class OpenTelemetry:
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
             **run.base,
+            **run.named,
             **run.server,
             "gen_ai.request.max_tokens": event.request.max_tokens,
             "agentsessions.step": event.step,
@@ -293,13 +330,16 @@ class OpenTelemetry:
                 "gen_ai.usage.cache_creation.input_tokens": usage.cache_write_tokens,
             }
         )
+        answered = {"gen_ai.response.model": response.model} if response.model else {}
+        span.set_attributes(answered)
+        run.response_model = response.model or run.response_model
         if self.capture_message_content:
             output = _message_json(response.message) | {"finish_reason": response.stop_reason}
             span.set_attribute("gen_ai.output.messages", json.dumps([output]))
-        metric = {"gen_ai.operation.name": "chat", **run.base, **run.server}
+        metric = {"gen_ai.operation.name": "chat", **run.base, **run.server, **answered}
         self._tokens.record(input_tokens, {**metric, "gen_ai.token.type": "input"})
         self._tokens.record(usage.output_tokens, {**metric, "gen_ai.token.type": "output"})
-        self._end(span, run.chat_started, run, "chat", None)
+        self._end(span, run.chat_started, run, "chat", None, answered)
 
     # Tool calls.
 
@@ -308,6 +348,7 @@ class OpenTelemetry:
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
             **run.base,
+            **run.named,
             "gen_ai.tool.name": call.name,
             "gen_ai.tool.call.id": call.id,
             "gen_ai.tool.type": "function",

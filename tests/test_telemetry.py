@@ -216,6 +216,43 @@ def test_an_anthropic_run_names_its_model_provider_and_server_and_never_its_key(
     assert any(isinstance(event, ev.TextDelta) for event in seen) is stream  # forwarded to then= untouched
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_agent_name_is_on_every_span_and_the_answering_model_on_chats_and_the_run(otel: Otel, stream: bool) -> None:
+    script = [
+        Reply([tool_use("toolu_1", "double", {"n": 4})], model="claude-test-1"),
+        Reply([text("8")], model="claude-test-2"),
+    ]
+    with FakeMessagesAPI(script, api_key=KEY) as fake:
+        endpoint = AnthropicEndpoint("claude-test", api_key=KEY, base_url=fake.origin, stream=stream)
+        spec = agent.Spec(tools=[double], name="Math Tutor")
+        assert agent.Runner().run(spec, [USER], endpoint, otel.telemetry()).text == "8"
+    spans = otel.spans()
+    assert [span.name for span in spans] == [
+        "chat claude-test",
+        "execute_tool double",
+        "chat claude-test",
+        "invoke_agent Math Tutor",
+    ]
+    assert {attributes(span)["gen_ai.agent.name"] for span in spans} == {"Math Tutor"}
+    answered = [attributes(span).get("gen_ai.response.model") for span in spans]
+    assert answered == ["claude-test-1", None, "claude-test-2", "claude-test-2"]  # the run: its last answer's
+    assert {attributes(span)["gen_ai.request.model"] for span in spans} == {"claude-test"}
+    tokens = {(p.attributes or {}).get("gen_ai.response.model") for p in otel.points("gen_ai.client.token.usage")}
+    assert tokens == {"claude-test-1", "claude-test-2"}
+    durations = otel.points("gen_ai.client.operation.duration")
+    chats = [p.attributes or {} for p in durations if (p.attributes or {}).get("gen_ai.operation.name") == "chat"]
+    assert {a.get("gen_ai.response.model") for a in chats} == {"claude-test-1", "claude-test-2"}
+    assert not any("gen_ai.agent.name" in (p.attributes or {}) for p in durations)  # spans only, not metrics
+
+
+def test_a_run_without_a_name_or_a_named_model_leaves_both_out(otel: Otel) -> None:
+    agent.Runner().run(agent.Spec(tools=[double]), [USER], two_steps(), otel.telemetry())
+    spans = otel.spans()
+    assert spans[-1].name == "invoke_agent"
+    assert not any({"gen_ai.agent.name", "gen_ai.response.model"} & set(attributes(span)) for span in spans)
+    assert not any(event.name == "agentsessions.session.taken_over" for event in spans[-1].events)
+
+
 class Hangs(sqlite.SQLiteStore):
     """Replica A's view of the file: once its process hangs, its lease renewals reach nothing."""
 
@@ -276,6 +313,9 @@ def test_one_session_keeps_its_conversation_id_across_replicas(otel: Otel, tmp_p
     ]
     saves = [event for event in resumed.events if event.name == "agentsessions.transcript.saved"]
     assert saves and all(attributes(event)["agentsessions.messages"] >= 5 for event in saves)
+    # The first run's claim was a first claim; B's ended A's lapsed lease, and says so.
+    taken = [[attributes(e) for e in run.events if e.name == "agentsessions.session.taken_over"] for run in runs]
+    assert taken == [[], [{"agentsessions.replica": "replica-b"}]]
 
 
 def test_a_resumed_run_reports_each_call_in_doubt_and_reruns_only_the_idempotent_one(otel: Otel) -> None:

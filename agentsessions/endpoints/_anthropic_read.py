@@ -7,7 +7,8 @@ from its events the way the official SDK accumulates them: ``text_delta`` append
 appends a citation, ``input_json_delta`` pieces make a tool call's input (kept as the exact
 text the model wrote), ``compaction_delta`` appends to a compaction's summary and sets its
 ``encrypted_content`` (a piece's null leaves either as it was), and any other delta sets
-the fields it carries. Every field these helpers read is checked for its type; what is not
+the fields it carries. The answering model is ``message_start``'s, or the one the last
+``fallback`` block hands over to. Every field these helpers read is checked for its type; what is not
 the API's format raises one of :data:`~agentsessions.endpoints._http.MALFORMED`, which the HTTP layer
 reports as :class:`~agentsessions.EndpointDecodingError`.
 """
@@ -39,6 +40,7 @@ def read_message(body: Mapping[str, Any]) -> ModelResponse:
         Message(Role.ASSISTANT, blocks),
         stop_reason=_stop_reason(body.get("stop_reason")),
         usage=usage(body.get("usage")),
+        model=str_field(body, "model", ""),
     )
 
 
@@ -110,18 +112,23 @@ class Stream:
     blocks: dict[int, _Block] = attrs.Factory(dict)
     stop_reason: str = ""
     counts: dict[str, Any] = attrs.Factory(dict)
+    model: str = ""
     done: bool = False
 
     def feed(self, event: Mapping[str, Any]) -> str:
         """Take one event; return the text it adds (``""`` for none)."""
         kind = event["type"]
         if kind == "message_start":
+            self.model = str_field(event["message"], "model", "")
             self._count(event["message"].get("usage"))
         elif kind == "content_block_start":
             start = event["content_block"]
             if not isinstance(start, dict) or not isinstance(start.get("type"), str):
                 raise TypeError("content_block_start without a content block")
             self.blocks[_index(event)] = _Block(dict(start))
+            if start["type"] == "fallback" and isinstance(start.get("to"), Mapping):
+                # The model that served the answer, as a whole answer's `model` names it (the SDK does the same).
+                self.model = str_field(start["to"], "model", self.model)
         elif kind == "content_block_delta":
             return _delta(self.blocks[_index(event)], event["delta"])
         elif kind == "message_delta":
@@ -145,7 +152,8 @@ class Stream:
             block_content(block.fields, "".join(block.input) if block.input is not None else None)
             for block in (self.blocks[i] for i in sorted(self.blocks))
         ]
-        return ModelResponse(Message(Role.ASSISTANT, content), stop_reason=self.stop_reason, usage=usage(self.counts))
+        message = Message(Role.ASSISTANT, content)
+        return ModelResponse(message, stop_reason=self.stop_reason, usage=usage(self.counts), model=self.model)
 
 
 def _index(event: Mapping[str, Any]) -> int:

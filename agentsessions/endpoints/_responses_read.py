@@ -52,6 +52,7 @@ def read_response(body: Mapping[str, Any]) -> ModelResponse:
         Message(Role.ASSISTANT, content),
         stop_reason=_stop_reason(body, status, content),
         usage=usage(body.get("usage")),
+        model=str_field(body, "model", ""),
     )
 
 
@@ -138,12 +139,15 @@ class Stream:
 
     items: dict[int, dict[str, Any]] = attrs.Factory(dict)
     final: dict[str, Any] | None = None  # the response object of the last event
+    model: str = ""  # from the first event's response object, should the last one lack it
     done: bool = False
 
     def feed(self, event: Mapping[str, Any]) -> str:
         """Take one event; return the text it adds (``""`` for none)."""
         kind = event["type"]
-        if kind in ("response.output_item.added", "response.output_item.done"):
+        if kind == "response.created":
+            self.model = str_field(_object(event["response"], "the response"), "model", "")
+        elif kind in ("response.output_item.added", "response.output_item.done"):
             # Some servers send an added event without its item (the SDK skips those too).
             if kind == "response.output_item.done" or event.get("item") is not None:
                 self.items[_index(event, "output_index")] = _object(event["item"], "an output item")
@@ -159,7 +163,7 @@ class Stream:
         elif kind in ("response.completed", "response.incomplete"):
             self.final = _object(event["response"], "the response")
             self.done = True
-        return ""  # created, in_progress, the .done events of parts, and events added later carry nothing new
+        return ""  # in_progress, the .done events of parts, and events added later carry nothing new
 
     def _parts(self, event: Mapping[str, Any]) -> list[dict[str, Any]]:
         item = self.items[_index(event, "output_index")]
@@ -183,4 +187,6 @@ class Stream:
         final = self.final or {}
         if not final.get("output"):
             final = {**final, "output": [self.items[i] for i in sorted(self.items)]}
+        if not final.get("model"):
+            final = {**final, "model": self.model}
         return read_response(final)

@@ -230,11 +230,13 @@ def _str_or_none(value: object, what: str) -> str | None:
     return value
 
 
-def _response(text: str, reasoning: str, calls: list[Content], finish_reason: object, usage: object) -> ModelResponse:
+def _response(
+    text: str, reasoning: str, calls: list[Content], finish_reason: object, usage: object, model: str
+) -> ModelResponse:
     content = ([Content.thinking(reasoning)] if reasoning else []) + ([Content.of_text(text)] if text else []) + calls
     finish = _str_or_none(finish_reason, "finish_reason") or ""
     stop_reason = "tool_use" if calls else _STOP_REASONS.get(finish, finish)
-    return ModelResponse(Message(Role.ASSISTANT, content), stop_reason=stop_reason, usage=_usage(usage))
+    return ModelResponse(Message(Role.ASSISTANT, content), stop_reason=stop_reason, usage=_usage(usage), model=model)
 
 
 def read_completion(body: Mapping[str, Any]) -> ModelResponse:
@@ -248,7 +250,8 @@ def read_completion(body: Mapping[str, Any]) -> ModelResponse:
     # A refusal comes instead of content; it is the model's answer all the same.
     text = _str_or_none(message.get("content"), "content") or _str_or_none(message.get("refusal"), "refusal") or ""
     reasoning = _str_or_none(message.get("reasoning_content"), "reasoning_content") or ""
-    return _response(text, reasoning, calls, choice.get("finish_reason"), body.get("usage"))
+    model = _str_or_none(body.get("model"), "model") or ""
+    return _response(text, reasoning, calls, choice.get("finish_reason"), body.get("usage"), model)
 
 
 @attrs.define
@@ -267,12 +270,14 @@ class _Stream:
     calls: dict[int, _Call] = attrs.Factory(dict)
     finish_reason: str | None = None
     usage: object = None
+    model: str = ""  # every chunk names it; the first that does counts
     done: bool = False  # never set: the stream's end is its [DONE] event
 
     def feed(self, chunk: Mapping[str, Any]) -> str:
         """Take one chunk; return the text it adds (``""`` for none)."""
         if chunk.get("usage") is not None:  # the last chunk, with choices empty, when include_usage is set
             self.usage = chunk["usage"]
+        self.model = self.model or _str_or_none(chunk.get("model"), "model") or ""
         added = ""
         for choice in chunk.get("choices") or []:  # vLLM sends null in its usage chunk
             if choice.get("index", 0) != 0:
@@ -309,4 +314,5 @@ class _Stream:
             Content.tool_use(call.id, call.name, "".join(call.arguments))
             for call in (self.calls[i] for i in sorted(self.calls))
         ]
-        return _response("".join(self.text), "".join(self.reasoning), calls, self.finish_reason, self.usage)
+        text, reasoning = "".join(self.text), "".join(self.reasoning)
+        return _response(text, reasoning, calls, self.finish_reason, self.usage, self.model)

@@ -204,9 +204,10 @@ class MemoryStore:
         entry = self._locked(session_id)
         try:
             now = utcnow()
-            if entry.state(now) is RunState.RUNNING:
+            state = entry.state(now)
+            if state is RunState.RUNNING:
                 raise busy(session_id, entry.holder, entry.lease_expires_at)
-            claim = Claim(session_id, next(self._tokens), replica, lease)
+            claim = Claim(session_id, next(self._tokens), replica, lease, took_over=state is RunState.STALLED)
             entry.run_state, entry.token, entry.holder, entry.lease = RunState.RUNNING, claim.token, replica, lease
             entry.lease_expires_at, entry.cancel_requested = now + datetime.timedelta(seconds=lease), False
             return claim

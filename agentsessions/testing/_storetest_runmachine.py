@@ -82,7 +82,9 @@ class RunMachine(RuleBasedStateMachine):
         last = self.claims[-1].token if self.claims else 0
         if claim.token <= last:
             raise AssertionError(f"claim() gave token {claim.token}, not above the last claim's {last}")
-        check_equal(claim, Claim(self.id, claim.token, replica, LONG_LEASE), "the Claim claim() returned")
+        # No lease runs out here, so no claim takes one over.
+        expected = Claim(self.id, claim.token, replica, LONG_LEASE, took_over=False)
+        check_equal(claim, expected, "the Claim claim() returned")
         self.claims.append(claim)
         self.model.exists, self.model.state, self.model.token = True, RunState.RUNNING, claim.token
         self.model.holder, self.model.cancel = replica, False

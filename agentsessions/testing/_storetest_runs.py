@@ -45,13 +45,14 @@ CRASH = "steers survive a crash between take and save"
 RELEASE = "no steer is orphaned at release"
 SAVE_RUN = "save_run keeps the transcript contract"
 LEASES = "leases run out and stalled sessions are taken over"
+TOOK_OVER = "a claim says whether it took over a lapsed lease"
 LISTING = "listing pages through every session once"
 STATES = "run states follow their transitions"
 
 # The focused properties come first, so a broken store is told by the property about its
 # mistake; the state machine, which finds most mistakes too, comes last.
 RUN_PROPERTIES: tuple[str, ...] = (
-    *(DELETE, TOKENS, CANCEL, CRASH, RELEASE, SAVE_RUN, ARGUMENTS, LEASES, LISTING, STATES),
+    *(DELETE, TOKENS, CANCEL, CRASH, RELEASE, SAVE_RUN, ARGUMENTS, LEASES, TOOK_OVER, LISTING, STATES),
 )
 """The properties checked only of a :class:`RunStore`, in the order they are checked."""
 
@@ -437,6 +438,26 @@ def _check_renewals(store: RunStore, replica: RunStore, session_id: str, lease: 
     _delete(store, session_id)
 
 
+def _check_took_over(context: Context) -> None:
+    """A first claim and one after a release say ``took_over=False``; one of a STALLED session, ``True``."""
+    store, replica = context.runs
+    lease = _short_lease(store, context)
+    context.examples += 1
+    fresh, saved = context.new_id("first claim"), context.new_id("saved, then claimed")
+    store.save(saved, _say("before"))
+    for session_id in (fresh, saved):
+        first = store.claim(session_id, replica=REPLICAS[0], lease=lease)
+        check_equal(first.took_over, False, f"Claim.took_over of the first claim of {show_id(session_id)}")
+        _wait_stalled(replica, session_id, lease)
+        taken = replica.claim(session_id, replica=REPLICAS[1], lease=LONG_LEASE)
+        check_equal(taken.took_over, True, "Claim.took_over of a claim that took over a STALLED session")
+        _release(replica, taken)
+        again = store.claim(session_id, replica=REPLICAS[0], lease=LONG_LEASE)
+        check_equal(again.took_over, False, "Claim.took_over of a claim after a release")
+        _release(store, again)
+    _delete(store, fresh, saved)
+
+
 # --- Listing ---------------------------------------------------------------------------------------
 
 
@@ -551,6 +572,7 @@ RUN_CHECKS: dict[str, Callable[[Context], None]] = {
     SAVE_RUN: _check_save_run,
     ARGUMENTS: check_arguments,
     LEASES: _check_leases,
+    TOOK_OVER: _check_took_over,
     LISTING: _check_listing,
     STATES: check_states,
 }

@@ -100,6 +100,7 @@ def test_ours_and_the_sdk_assemble_the_same_blocks_usage_and_stop_reason(path: P
     for index, (mine, sdk) in enumerate(zip(ours.message.content, blocks, strict=True)):
         _check_block(mine, sdk, streamed.get(index))
     assert ours.stop_reason == theirs.stop_reason
+    assert ours.model == theirs.model != "claude-test"  # the model the recording names, not the one asked for
     usage = theirs.usage
     assert ours.usage == agent.Usage(
         usage.input_tokens,

@@ -87,6 +87,7 @@ def test_the_answer_maps_onto_a_model_response(fake: FakeMessagesAPI) -> None:
         ),
         stop_reason="tool_use",
         usage=agent.Usage(42, 17),
+        model="claude-test",
     )
 
 

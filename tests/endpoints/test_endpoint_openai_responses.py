@@ -183,6 +183,7 @@ def test_the_answer_maps_onto_blocks_in_output_order(fake: FakeResponsesAPI) -> 
         ),
         stop_reason="tool_use",
         usage=agent.Usage(2, 17, 30, 10),
+        model="gpt-test",
     )
 
 

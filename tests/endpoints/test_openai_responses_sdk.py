@@ -119,6 +119,7 @@ def _check(ours: agent.ModelResponse, theirs: Any) -> None:
     others = [_unparsed(item.to_dict()) for item in theirs.output if item.type != "function_call" and not _plain(item)]
     raw = [block for block in ours.message.content if block.type is agent.ContentType.RAW]
     assert [json.loads(block.data) for block in raw] == others
+    assert ours.model == theirs.model
     usage, details = theirs.usage, theirs.usage.input_tokens_details
     written = getattr(details, "cache_write_tokens", 0) or 0
     fresh = usage.input_tokens - details.cached_tokens - written
@@ -143,6 +144,7 @@ def test_the_recorded_answer_reads_as_the_sdk_reads_it() -> None:
     assert ours.message.text == theirs.output_text and ours.message.text.startswith("I can't provide real-time")
     _check(ours, theirs)
     assert ours.usage == agent.Usage(14, 50)
+    assert ours.model == "gpt-4o-mini-2024-07-18"  # the dated model that answered, not the alias asked for
 
 
 def test_every_stream_is_made_of_the_sdks_event_types() -> None:

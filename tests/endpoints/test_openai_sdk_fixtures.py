@@ -60,6 +60,7 @@ def _check(ours: agent.ModelResponse, theirs: Any) -> None:
     calls = [(c.id, c.function.name, c.function.arguments) for c in message.tool_calls or []]
     assert [(u.id, u.name, u.input) for u in ours.message.tool_uses] == calls
     assert ours.stop_reason == STOP_REASONS[choice.finish_reason]
+    assert ours.model == theirs.model != "m"  # the model the recording names, not the one asked for
     usage = theirs.usage
     assert ours.usage == agent.Usage(usage.prompt_tokens, usage.completion_tokens)
 

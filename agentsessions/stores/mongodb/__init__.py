@@ -185,7 +185,8 @@ PAGE_SIZE = 500
 #               its key, the filter requiring the key new); when nothing matched, find_one
 #               session (a retry of a kept key, or no room), or update_one inserting it
 #   take_steers find_one session; update_one session pulling the steers read, if all still there
-#   claim       find_one_and_update counter ($inc); update_one session where not held (upsert)
+#   claim       find_one_and_update counter ($inc); update_one session where never held or
+#               ended (upsert); if it is held, update_one where its lease lapsed (a take-over)
 #   renew       bulk_write of one update per claim; find the sessions' tokens and cancel flags
 #   delete      find_one session; delete_one session if its revision is still the one read
 #               (the commit); bulk_write a delete_many per epoch it named
@@ -418,14 +419,18 @@ class MongoStore:
             for _ in attempts(self._timeout):
                 token, now = self._next_token(), micros(utcnow())
                 lapsed = {"lease_expires_at": {"$not": {"$gt": now}}}  # as derive_state: no lease is no hold
-                # Free: never held, ended, or stalled; never a state a newer version wrote.
-                ended = {"run_state": {"$in": [None, *sorted(state.value for state in ENDINGS)]}}
-                free = {"_id": stored, "$or": [ended, {"run_state": RUNNING, **lapsed}]}
+                # Free: never held or ended (the upsert), or stalled (the second update, apart so
+                # that the claim knows it took over; the rare case pays for it); never a state a
+                # newer version wrote.
+                ended = {"_id": stored, "run_state": {"$in": [None, *sorted(state.value for state in ENDINGS)]}}
                 held = {"run_state": RUNNING, "token": token, "holder": key(replica), "lease": lease}
                 held |= {"lease_expires_at": now + lease_micros(lease), "cancel_requested": False}
                 with suppress(DuplicateKeyError):  # the document exists and the filter refused it
-                    self._sessions.update_one(free, {"$set": held, "$setOnInsert": _new(session_id)}, upsert=True)
+                    self._sessions.update_one(ended, {"$set": held, "$setOnInsert": _new(session_id)}, upsert=True)
                     return Claim(session_id, token, replica, lease)
+                stalled = {"_id": stored, "run_state": RUNNING, **lapsed}
+                if self._sessions.update_one(stalled, {"$set": held}).matched_count:
+                    return Claim(session_id, token, replica, lease, took_over=True)
                 doc = self._sessions.find_one({"_id": stored}, _INFO_FIELDS)
                 if doc is not None and (info := info_of(session_id, doc, utcnow())).state is RunState.RUNNING:
                     raise busy(session_id, info.holder, info.lease_expires_at)

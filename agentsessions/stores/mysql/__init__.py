@@ -456,7 +456,7 @@ class MySQLStore:
             if record.state is RunState.RUNNING:
                 raise runs.busy(session_id, record.holder, record.lease_expires_at)
             cur.execute(_CLAIM, (token, holder, lease, lease, key))
-        return Claim(session_id, token, replica, lease)
+        return Claim(session_id, token, replica, lease, took_over=record.state is RunState.STALLED)
 
     def peek_steers(self, session_id: str) -> list[Steer]:
         """The waiting steers, oldest first, left in place."""

@@ -235,6 +235,9 @@ copied AS (
 )
 SELECT source.length, EXISTS (SELECT 1 FROM fork) FROM source
 """
+# The record the claim is about to change, locked until it has: a claim that succeeds where
+# it found 'running' ended a lapsed lease (RETURNING sees only the new row).
+_PRIOR = "SELECT run_state FROM agentsessions_sessions WHERE id = %s FOR UPDATE"
 _HOLDER = "SELECT holder, lease_expires_at, run_state, clock_timestamp() FROM agentsessions_sessions WHERE id = %s"
 _RENEW = """
 UPDATE agentsessions_sessions AS s SET lease_expires_at = clock_timestamp() + s.lease * interval '1 second'
@@ -428,6 +431,7 @@ class PostgresStore:
         key = encode_text(session_id)
         params = {"id": key, "revision": new_revision(), "holder": encode_text(replica), "lease": lease}
         with self._transaction("claim", session_id) as conn:
+            prior = _cursor(conn).execute(_PRIOR, (key,))
             claimed = _cursor(conn).execute(_CLAIM, params)
             holder = _cursor(conn).execute(_HOLDER, (key,))
         token = claimed.fetchone()
@@ -435,7 +439,8 @@ class PostgresStore:
             held_by, expires, run_state, now = _one(holder)
             derive_state(run_state, expires, now, session_id)  # a newer version's state: a FormatError
             raise busy(session_id, values.text(held_by), values.utc(expires))
-        return Claim(session_id, token[0], replica, lease)
+        found = prior.fetchone()
+        return Claim(session_id, token[0], replica, lease, took_over=found is not None and found[0] == "running")
 
     def peek_steers(self, session_id: str) -> list[Steer]:
         """The waiting steers, oldest first, left in place."""

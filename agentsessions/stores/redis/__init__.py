@@ -280,7 +280,7 @@ class RedisStore:
             raise unknown_state(_text(outcome[1]) or "", session_id)
         if outcome[0] == 0:
             raise busy(session_id, _text(outcome[1]), _time(outcome[2]))
-        return Claim(session_id, int(outcome[0]), replica, lease)
+        return Claim(session_id, int(outcome[0]), replica, lease, took_over=outcome[1] == 1)
 
     def peek_steers(self, session_id: str) -> list[Steer]:
         """The waiting steers, oldest first, left in place."""

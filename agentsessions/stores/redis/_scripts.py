@@ -8,7 +8,8 @@ under the store's prefix ``P``; ``<id>`` is the session id's ``encode_text`` byt
   ``u`` the index stamp (16 decimal digits of ``updated_at`` in microseconds; all zeros
   until the first save), ``st`` the run state (absent until the first claim), ``tok`` the
   fencing token, ``h`` the holder, ``lm`` the lease in microseconds, ``x`` when the lease
-  expires (microseconds), ``c`` ``1`` when a cancel was asked.
+  expires (microseconds), ``c`` ``1`` when a cancel was asked, ``n`` the nonce of the claim
+  that made the token, ``o`` ``1`` when that claim took over a lapsed lease (for its retry).
 - ``P m:<id>``: the transcript, a list of ``dump_message`` bodies, one per message.
 - ``P q:<id>``: the pending steers, a sorted set scored by seq; each member is the seq in
   16 digits, the adding call's 8-byte nonce, then the text: equal texts stay distinct, and
@@ -228,22 +229,23 @@ return {1}
 )
 
 # KEYS: record, counters, index. ARGV: id, replica, lease in microseconds, nonce.
-# Returns {token}, {0, holder, lease expiry} when a live lease holds it, or {-1, state} for a
-# state a newer version wrote (never taken over).
+# Returns {token, 1 if it took over a lapsed lease else 0}, {0, holder, lease expiry} when a
+# live lease holds it, or {-1, state} for a state a newer version wrote (never taken over).
 CLAIM = (
     _COMMON
     + """
 ensure(KEYS[1], KEYS[3], ARGV[1])
-local r = redis.call('HMGET', KEYS[1], 'st', 'x', 'h', 'n', 'tok')
-if r[1] == 'running' and r[4] == ARGV[4] then return {tonumber(r[5])} end  -- this claim, retried
+local r = redis.call('HMGET', KEYS[1], 'st', 'x', 'h', 'n', 'tok', 'o')
+if r[1] == 'running' and r[4] == ARGV[4] then return {tonumber(r[5]), tonumber(r[6] or '0')} end  -- retried
 local known = {running = true, finished = true, cancelled = true, failed = true}
 if r[1] and not known[r[1]] then return {-1, r[1]} end
 local now = now_micros()
 if r[1] == 'running' and tonumber(r[2]) > now then return {0, r[3], r[2]} end
 local token = redis.call('HINCRBY', KEYS[2], 'tokens', 1)
+local took = (r[1] == 'running') and 1 or 0  -- running here means its lease ran out
 redis.call('HSET', KEYS[1], 'st', 'running', 'tok', token, 'h', ARGV[2], 'lm', ARGV[3],
-           'x', int(now + tonumber(ARGV[3])), 'c', '0', 'n', ARGV[4])
-return {token}
+           'x', int(now + tonumber(ARGV[3])), 'c', '0', 'n', ARGV[4], 'o', took)
+return {token, took}
 """
 )
 

@@ -268,11 +268,12 @@ class SQLiteStore:
         with self._errors("claim", session_id), self._transaction() as db:
             now = _now()
             run_state, expires, holder = _hold(db, key)
-            if _state(run_state, expires, now, session_id) is RunState.RUNNING:
+            state = _state(run_state, expires, now, session_id)
+            if state is RunState.RUNNING:
                 raise busy(session_id, values.text(holder), _datetime(expires))
             [(token,)] = db.execute(_NEXT_TOKEN).fetchall()
             db.execute(_CLAIM, (token, encode_text(replica), lease, now + values.span(lease), key))
-        return Claim(session_id, token, replica, lease)
+        return Claim(session_id, token, replica, lease, took_over=state is RunState.STALLED)
 
     def peek_steers(self, session_id: str) -> list[Steer]:
         """The waiting steers, oldest first, left in place."""

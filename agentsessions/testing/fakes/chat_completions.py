@@ -46,7 +46,10 @@ class Call:
 
 @attrs.frozen
 class Reply:
-    """What the scripted model answers; ``cut_after``/``error_after`` break a stream after that many chunks."""
+    """What the scripted model answers; ``cut_after``/``error_after`` break a stream after that many chunks.
+
+    ``model`` is the model the answer names (the one asked for when ``None``).
+    """
 
     content: str | None = None
     tool_calls: Sequence[Call] = ()
@@ -59,6 +62,7 @@ class Reply:
     cut_after: int | None = None
     error_after: int | None = None
     repeat_call_head: bool = False  # send each call's id and name again with every piece, as some servers do
+    model: str | None = None
 
 
 def _invalid(message: str, param: str | None = None) -> Rejected:
@@ -183,7 +187,7 @@ class FakeChatCompletionsAPI(FakeServer):
             if answer.tool_calls:
                 message["tool_calls"] = [_call(call) for call in answer.tool_calls]
             choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
-            handler.send_json(200, {**_head(body, "chat.completion"), "choices": [choice], "usage": usage})
+            handler.send_json(200, {**_head(body, answer, "chat.completion"), "choices": [choice], "usage": usage})
             return
         with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         handler.start_stream()
@@ -219,8 +223,8 @@ def _never(_: dict[str, Any]) -> bool:
 _USER_PARTS = {"text": _is_text, "image_url": _is_image, "file": _is_file}
 
 
-def _head(body: dict[str, Any], kind: str) -> dict[str, Any]:
-    return {"id": "chatcmpl-fake", "object": kind, "created": 1700000000, "model": body["model"]}
+def _head(body: dict[str, Any], answer: Reply, kind: str) -> dict[str, Any]:
+    return {"id": "chatcmpl-fake", "object": kind, "created": 1700000000, "model": answer.model or body["model"]}
 
 
 def _call(call: Call) -> dict[str, Any]:
@@ -233,7 +237,9 @@ def _chunks(body: dict[str, Any], answer: Reply, finish_reason: str, usage: dict
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        return json.dumps({**_head(body, "chat.completion.chunk"), "choices": [choice], **extra}, ensure_ascii=False)
+        return json.dumps(
+            {**_head(body, answer, "chat.completion.chunk"), "choices": [choice], **extra}, ensure_ascii=False
+        )
 
     yield chunk({"role": "assistant", "content": "", "refusal": None})
     for piece in pieces(answer.reasoning_content or ""):
@@ -252,5 +258,5 @@ def _chunks(body: dict[str, Any], answer: Reply, finish_reason: str, usage: dict
             yield chunk({"tool_calls": [{"index": index, **head, "function": function}]})
     yield chunk({}, finish_reason)
     if usage is not None:
-        yield json.dumps({**_head(body, "chat.completion.chunk"), "choices": [], "usage": usage})
+        yield json.dumps({**_head(body, answer, "chat.completion.chunk"), "choices": [], "usage": usage})
     yield "[DONE]"

@@ -80,6 +80,7 @@ class Reply:
 
     ``silent_stop`` leaves the stop reason out: ``null`` in a whole answer, and no
     ``message_delta`` event in a stream, as a proxy or a truncated recording may.
+    ``model`` is the model the answer names (the one asked for when ``None``).
     """
 
     content: Sequence[dict[str, Any]]
@@ -91,6 +92,7 @@ class Reply:
     output_tokens: int = 7
     cut_after: int | None = None
     error_after: int | None = None
+    model: str | None = None
 
 
 def _invalid(message: str) -> Rejected:
@@ -232,7 +234,7 @@ class FakeMessagesAPI(FakeServer):
             "id": f"msg_fake{self._ids:04d}",
             "type": "message",
             "role": "assistant",
-            "model": body["model"],
+            "model": answer.model or body["model"],
             "content": list(answer.content),
             "stop_reason": None if answer.silent_stop else answer.stop_reason or _stop_reason(answer.content),
             "stop_sequence": None,

@@ -47,6 +47,7 @@ class Answer:
     stream after that many events: a dropped connection, an ``error`` event, a
     ``response.failed``. ``bare_completed`` sends ``response.completed`` without its output,
     as some compatible servers do. ``phase`` and ``annotations`` go on the message item.
+    ``model`` is the model the answer names (the one asked for when ``None``).
     """
 
     text: str | None = None
@@ -65,6 +66,7 @@ class Answer:
     bare_completed: bool = False
     phase: str | None = None
     annotations: Sequence[Mapping[str, Any]] = ()
+    model: str | None = None
 
 
 def invalid(message: str, param: str | None = None) -> Rejected:
@@ -228,7 +230,7 @@ class FakeResponsesAPI(FakeChatCompletionsAPI):
             "id": f"resp_{number:04d}", "object": "response", "created_at": 1754925861,
             "status": "incomplete" if answer.incomplete else "completed", "error": None,
             "incomplete_details": {"reason": answer.incomplete} if answer.incomplete else None,
-            "instructions": body.get("instructions"), "model": body["model"], "output": output,
+            "instructions": body.get("instructions"), "model": answer.model or body["model"], "output": output,
             "store": body.get("store", True), "usage": usage, "parallel_tool_calls": True, "tool_choice": "auto",
             "tools": [{**tool, "strict": False} for tool in body.get("tools", [])],
         }  # fmt: skip
