@@ -151,6 +151,18 @@ def test_a_new_database_records_its_version(kind: str, tmp_path: Path) -> None:
         store.save("s", [agent.Message.user("hi")])
         assert store.schema_version() == WANTED
         assert versions(store) == [WANTED]
+        assert isinstance(store, schema.VersionedStore)
+        assert kind == "sqlite" or isinstance(store, schema.MigratingStore)  # SQLite migrates itself on open
+
+
+@pytest.mark.parametrize("name", ["sqlite", "postgres", "mysql", "mongodb", "redis"])
+def test_every_persistent_store_module_exports_its_version_and_migrations(name: str) -> None:
+    import importlib
+
+    module = importlib.import_module(f"agentsessions.stores.{name}")
+    assert module.SCHEMA_VERSION == WANTED
+    assert sorted(module.MIGRATIONS) == list(range(1, WANTED)) and callable(module.migrator)
+    assert {"SCHEMA_VERSION", "MIGRATIONS", "migrator"} <= set(module.__all__)
 
 
 def test_the_next_version_is_accepted_and_two_newer_refused(kind: str, tmp_path: Path) -> None:
