@@ -9,10 +9,12 @@
 Importing this package imports no database driver and no store module.
 """
 
+from agentsessions.approvals import Approval, ApprovalStore, Decision
 from agentsessions.codec import FORMAT_VERSION, dumps, loads
 from agentsessions.endpoint import Endpoint, ModelRequest, ModelResponse, Usage
 from agentsessions.errors import (
     AgentSessionsError,
+    ApprovalPendingError,
     ConflictError,
     DecryptionError,
     EndpointDecodingError,
@@ -34,7 +36,7 @@ from agentsessions.errors import (
 from agentsessions.messages import Content, ContentType, Message, Role
 from agentsessions.runner import Run, Runner
 from agentsessions.runs import RunState, SessionInfo
-from agentsessions.session import ForkStore, RunStore, Session, Store, StoreSession, open
+from agentsessions.session import ForkStore, MetadataStore, RunStore, Session, Store, StoreSession, open
 from agentsessions.spec import Pattern, Result, Resume, Spec, StopReason
 from agentsessions.tools import Tool, tool
 
@@ -43,9 +45,13 @@ __version__ = "0.1.0"
 __all__ = [
     "FORMAT_VERSION",
     "AgentSessionsError",
+    "Approval",
+    "ApprovalPendingError",
+    "ApprovalStore",
     "ConflictError",
     "Content",
     "ContentType",
+    "Decision",
     "DecryptionError",
     "Endpoint",
     "EndpointDecodingError",
@@ -58,6 +64,7 @@ __all__ = [
     "InvalidArgumentsError",
     "InvalidSessionIdError",
     "Message",
+    "MetadataStore",
     "ModelRequest",
     "ModelResponse",
     "Pattern",

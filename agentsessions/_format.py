@@ -80,6 +80,7 @@ def info_json(info: SessionInfo) -> dict[str, Any]:
         "lease_expires_at": _iso(info.lease_expires_at),
         "pending_steers": info.pending_steers,
         "cancel_requested": info.cancel_requested,
+        "metadata": info.metadata,
     }
 
 

@@ -2,7 +2,7 @@
 
     agentsessions [--store URL] [--keys FILE] COMMAND ...        (or: python -m agentsessions ...)
 
-    list [--state STATE]... [--older-than 7d] [--limit N] [--json]
+    list [--state STATE]... [--metadata K=V]... [--older-than 7d] [--limit N] [--json]
     show ID [--json]               the record, the steers waiting, the transcript
     steer ID TEXT [--key K]        prints the state the steer met: running, or what waits for a run;
                                    with --key, run again it stores nothing more (a retry)
@@ -89,7 +89,7 @@ from agentsessions import _migrate
 from agentsessions.codec import dumps, loads
 from agentsessions.errors import AgentSessionsError, ConflictError, StoreError
 from agentsessions.runs import RunState, SessionInfo, exists, utcnow
-from agentsessions.session import ForkStore, RunStore
+from agentsessions.session import ForkStore, MetadataStore, RunStore
 from agentsessions.stores.urls import StoreURL, mask_urls, open_url, parse_url
 
 if TYPE_CHECKING:
@@ -175,7 +175,7 @@ def _known(store: RunStore, session_id: str) -> SessionInfo:
 def _list(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
     now = utcnow()
     before = now - args.older_than if args.older_than is not None else None
-    infos = store.sessions(state=args.state, updated_before=before)
+    infos = _listed(store, args.state, before, dict(args.metadata or ()))
     if args.limit is not None:
         infos = itertools.islice(infos, args.limit)
     if args.json:
@@ -185,6 +185,19 @@ def _list(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
         for line in fmt.table(infos, now):
             io.print(line)
     return Exit.OK
+
+
+def _listed(
+    store: RunStore, state: list[RunState] | None, before: datetime.datetime | None, pairs: dict[str, str]
+) -> Iterator[SessionInfo]:
+    if not pairs:
+        return store.sessions(state=state, updated_before=before)
+    if not isinstance(store, MetadataStore):
+        raise CliError(Exit.USAGE, f"{type(store).__name__} keeps no session metadata: --metadata cannot filter it")
+    try:
+        return store.sessions(state=state, updated_before=before, metadata=pairs)
+    except (TypeError, ValueError) as error:  # a key or value past the limits
+        raise CliError(Exit.USAGE, str(error)) from None
 
 
 def _show(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
@@ -362,6 +375,13 @@ def _state(text: str) -> RunState:
         raise argparse.ArgumentTypeError(f"{text!r} is not one of: {', '.join(s.value for s in RunState)}") from None
 
 
+def _pair(text: str) -> tuple[str, str]:
+    name, equals, value = text.partition("=")
+    if not equals or not name:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return name, value
+
+
 def _count(text: str, least: int) -> int:
     try:
         value = int(text)
@@ -419,6 +439,7 @@ def parser() -> argparse.ArgumentParser:
 
     listing = command("list", _list, "Sessions, newest update first: a table, or JSON Lines with --json.")
     listing.add_argument("--state", type=_state, action="append", help="only this state (repeat for several)")
+    listing.add_argument("--metadata", type=_pair, action="append", metavar="K=V", help="holding this pair (repeat)")
     listing.add_argument("--older-than", type=duration, metavar="DURATION", help="last saved before this long ago")
     listing.add_argument("--limit", type=functools.partial(_count, least=1), metavar="N", help="at most N sessions")
     listing.add_argument("--json", action="store_true", help="one JSON object per line")

@@ -13,8 +13,9 @@ network or provider.
     ├── StoreError                           a store or its database failed; chained from the driver
     │   ├── SchemaMissingError               the tables are missing or older: names the schema or migration to run
     │   ├── SchemaTooNewError                the schema is two or more versions newer than this release
-    │   └── ConflictError                    another run holds or took over the session; a steer key reused
-    │       └── SessionBusyError             a claim refused: another run's lease is live
+    │   └── ConflictError                    a session held or taken over; a steer key reused; a call decided
+    │       ├── SessionBusyError             a claim refused: another run's lease is live
+    │       └── ApprovalPendingError         a claim refused: the session waits for a decision on a call
     ├── EndpointError                        the model provider gave no answer this library can use
     │   ├── EndpointTransportError (ConnectionError)   no answer: refused, reset, dropped, cut short
     │   │   └── EndpointTimeoutError (TimeoutError)    no answer in time, connecting or reading
@@ -104,6 +105,8 @@ class SchemaTooNewError(StoreError):
 class ConflictError(StoreError):
     """A write refused because the session is, or has come to be, held by another run.
 
+    Also a decision refused: the call was decided the other way, or is not waiting.
+
     A run whose claim was superseded (taken over after its lease lapsed, or its session
     deleted) gets this from its next save, and fails with it as the cause. A steer whose
     ``key`` the session already holds for another text gets it too, having stored nothing
@@ -114,6 +117,10 @@ class ConflictError(StoreError):
 
 class SessionBusyError(ConflictError):
     """A run was refused its session: another run holds it and its lease is live."""
+
+
+class ApprovalPendingError(ConflictError):
+    """A run was refused its session: it waits for a decision on a tool call nobody has decided yet."""
 
 
 class EndpointError(AgentSessionsError):

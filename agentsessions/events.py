@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from agentsessions.approvals import Approval
 from agentsessions.endpoint import Endpoint, ModelRequest, ModelResponse
 from agentsessions.messages import Content
 
@@ -124,6 +125,14 @@ class ToolInDoubt:
 
 
 @attrs.frozen
+class ApprovalRequested:
+    """A tool call waits for a person's decision: the run stops for it once the step's other calls ran."""
+
+    step: int
+    approval: Approval
+
+
+@attrs.frozen
 class RunFinished:
     """The run ended, normally or not; ``result`` is final (partial when ``error`` is set)."""
 
@@ -142,5 +151,6 @@ Event = (
     | ToolCalled
     | ToolReturned
     | ToolInDoubt
+    | ApprovalRequested
     | RunFinished
 )

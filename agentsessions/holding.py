@@ -29,6 +29,7 @@ import weakref
 from collections.abc import Sequence
 from typing import ClassVar
 
+from agentsessions.approvals import Approval, ApprovalStore
 from agentsessions.errors import ConflictError, StoreError
 from agentsessions.messages import Content, Message
 from agentsessions.runs import Claim, Renewal, RunState, Steer, superseded
@@ -159,6 +160,31 @@ class Hold:
             return False
         finally:
             self.let_go()
+        return True
+
+    def approvals(self) -> list[Approval]:
+        """The calls of the session's latest wait, from a store that keeps approvals."""
+        if not isinstance(self.store, ApprovalStore):
+            return []
+        return self.store.approvals(self.claim.session_id)
+
+    def wait(self, transcript: Sequence[Message], approvals: Sequence[Approval]) -> bool:
+        """Save, then release the session ``WAITING`` for ``approvals``.
+
+        Two writes, both under the claim: a crash between them leaves the session held, its
+        lease lapses, and the run resumed from it stops for the same calls again. A store
+        that keeps no approvals has the session released ``FINISHED``: the transcript ends
+        in the calls, and a run resumed from it stops for them again.
+        """
+        started = time.monotonic()
+        if isinstance(self.store, ApprovalStore):
+            self.store.save_run(self.claim, transcript, taken=self.taken)
+            self.taken = []
+            self.store.wait(self.claim, approvals)
+        else:
+            self.store.save_run(self.claim, transcript, taken=self.taken, end=RunState.FINISHED)
+        self.renewed_at = started
+        self.let_go()
         return True
 
     def let_go(self) -> None:

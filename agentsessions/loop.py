@@ -11,15 +11,16 @@ each tool call, the finish) and never asks which one it has.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from agentsessions import events as ev
+from agentsessions.approvals import APPROVED, REJECTED, Approval, Call, binding, rejected
 from agentsessions.endpoint import Endpoint, ModelRequest, Usage
 from agentsessions.errors import RunFinishedError
 from agentsessions.messages import Content, ContentType, Message, Role, put_results
 from agentsessions.persistence import IN_DOUBT as IN_DOUBT  # the journal's mark, where users import it from
 from agentsessions.persistence import Persistence
-from agentsessions.runs import RunState
+from agentsessions.runs import RunState, utcnow
 from agentsessions.spec import Spec, StopReason
 from agentsessions.tools import Tool, call
 
@@ -77,6 +78,8 @@ class ReactLoop:
         box: SteerBox,
         cancelled: Callable[[], bool],
         keep: Persistence,
+        *,
+        for_steers: bool = False,
     ) -> None:
         self.spec = spec
         self.transcript = list(messages)
@@ -89,14 +92,20 @@ class ReactLoop:
         self.steps = 0
         self.input_tokens = self.output_tokens = self.cache_read_tokens = self.cache_write_tokens = 0
         self.stop_reason: str = ""
+        self.asked: list[Approval] = []  # the calls the run stopped for, when it stops for approval
         # Steers from the run's box that are in the transcript but in no save (or request) yet:
         # if the run fails before one, they are reported unapplied; and those it had no step left for.
         self.unsaved_box: list[str] = []
         self.unapplied: list[str] = []
+        # A run Runner.send started for a stored text: if another run took the text and
+        # answered it first, this one finds nothing waiting and must not answer again.
+        self.for_steers = for_steers
 
     def run(self) -> None:
         """Step until the model answers, ``max_steps`` is spent, or the run is cancelled; then save."""
         self.finish_pending_calls()
+        if self.for_steers and self.answered_already():
+            self.stop_reason = StopReason.END_TURN
         while True:
             while not self.stop_reason:
                 if self.cancelled():
@@ -151,7 +160,54 @@ class ReactLoop:
             if response.stop_reason != StopReason.PAUSE_TURN:
                 self.stop_reason = response.stop_reason or "end_turn"
             return
-        self.call_tools(uses, [])
+        self.answer(uses, [], {})
+
+    def answer(self, uses: list[Content], results: list[Content], decisions: Mapping[Call, Approval]) -> None:
+        """Run the calls that may run; a rejected one is answered with its reason; the rest wait.
+
+        A call waits when its tool asks for approval and ``decisions`` holds no decision
+        bound to that exact call (id, tool and input). Calls that wait stop the run with
+        ``APPROVAL_REQUIRED`` once the others ran, unless the run was cancelled meanwhile:
+        then they are answered as cancelled, like any call the run did not get to.
+        """
+        run, asked = self.sort_calls(uses, results, decisions)
+        if run or results or not asked:
+            self.call_tools(run, results)
+        if not asked:
+            return
+        if self.stop_reason == StopReason.CANCELLED or self.cancelled():
+            self.stop_reason = StopReason.CANCELLED
+            results += [Content.tool_result(a.call_id, CANCELLED_TOOL, is_error=True) for a in asked]
+            put_results(self.transcript, results)
+            return
+        self.stop_reason = StopReason.APPROVAL_REQUIRED
+        self.asked = asked
+        if self.emit:
+            for approval in asked:
+                self.emit(ev.ApprovalRequested(self.steps, approval))
+
+    def sort_calls(
+        self, uses: list[Content], results: list[Content], decisions: Mapping[Call, Approval]
+    ) -> tuple[list[Content], list[Approval]]:
+        """The calls to run, and those to wait for; a rejected call's result joins ``results``."""
+        run: list[Content] = []
+        asked: list[Approval] = []
+        now = None
+        for use in uses:
+            tool = self.tools.get(use.name)
+            if tool is None or not tool.asks_approval(use.input):
+                run.append(use)
+                continue
+            approval = decisions.get((use.id, use.name, use.input))
+            if approval is not None and approval.decision == APPROVED:
+                run.append(use)
+            elif approval is not None and approval.decision == REJECTED:
+                results.append(Content.tool_result(use.id, rejected(approval), is_error=True))
+            else:
+                now = now or utcnow()
+                requested = approval.requested_at if approval is not None else now
+                asked.append(Approval(use.id, use.name, use.input, requested))
+        return run, asked
 
     def call_tools(self, uses: list[Content], results: list[Content]) -> None:
         """Run tool calls in order, their results joining ``results`` in the user message after the calls.
@@ -196,8 +252,11 @@ class ReactLoop:
         kept = [r for r in results if r.tool_use_id not in redo]
         answered = {r.tool_use_id for r in kept if r.type is ContentType.TOOL_RESULT}
         missing = [use for use in uses if use.id not in answered]
-        if missing:
-            self.call_tools(missing, kept)
+        if not missing:
+            return
+        # Decisions are read only when a pending call's tool asks for them: one read per resumed wait.
+        asks = any(use.name in self.tools and self.tools[use.name].asks_approval(use.input) for use in missing)
+        self.answer(missing, kept, binding(self.keep.approvals()) if asks else {})
 
     def pending_calls(self) -> tuple[list[Content], list[Content]]:
         """The last assistant message's tool calls and the results after them, if it is the end of the transcript."""
@@ -221,6 +280,20 @@ class ReactLoop:
     def cancelled(self) -> bool:
         """Whether ``Run.cancel`` or, through the store, another replica asked the run to stop."""
         return self.run_cancelled() or self.keep.cancel_requested
+
+    def answered_already(self) -> bool:
+        """Whether, with the waiting steers collected, the transcript still ends in the model's answer.
+
+        Then there is nothing to ask: the text that started the run was taken and answered by
+        another run between ``send`` storing it and this run's claim.
+        """
+        self.collect_steers()
+        last = self.transcript[-1] if self.transcript else None
+        return (
+            last is not None
+            and last.role is Role.ASSISTANT
+            and not any(content.type is ContentType.TOOL_USE for content in last.content)
+        )
 
     def collect_steers(self) -> None:
         """Put waiting steers (the run's box, then the session's) where the run has got to."""
@@ -259,6 +332,8 @@ class ReactLoop:
         closes first, so a later ``Run.steer`` raises and its caller steers the session,
         which the release checks in the same step.
         """
+        if self.stop_reason == StopReason.APPROVAL_REQUIRED:
+            return self.wait()
         room = self.stop_reason != StopReason.CANCELLED and self.steps < self.spec.max_steps
         box = self.box.take(close=True)
         if box and room:
@@ -270,6 +345,14 @@ class ReactLoop:
         if wrote:
             self.saved()
         return [("session", text) for text in late]
+
+    def wait(self) -> list[tuple[str, str]]:
+        """Save and leave the session waiting for the asked calls; steers wait for the run after the decision."""
+        box = self.box.take(close=True)
+        self.unapplied += self.keep.leave_steers(box) if box else []
+        if self.keep.wait(self.transcript, self.asked):
+            self.saved()
+        return []
 
     def saved(self) -> None:
         """Report a save: it carries the box's steers taken so far."""

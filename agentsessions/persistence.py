@@ -23,6 +23,7 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol
 
+from agentsessions.approvals import Approval
 from agentsessions.holding import Hold
 from agentsessions.messages import Content, Message, put_results
 from agentsessions.runs import RunState
@@ -90,6 +91,14 @@ class Persistence(Protocol):
         """
         ...
 
+    def approvals(self) -> list[Approval]:
+        """The calls of the session's latest wait and their decisions (``[]`` when nothing keeps them)."""
+        ...
+
+    def wait(self, transcript: Sequence[Message], approvals: Sequence[Approval]) -> bool:
+        """The last save, and the release of the session ``WAITING`` for ``approvals``; whether it wrote."""
+        ...
+
     def let_go(self) -> None:
         """The run is over: stop keeping its session (idempotent)."""
         ...
@@ -121,6 +130,12 @@ class Nowhere:
         return False, []
 
     def stop(self, transcript: Sequence[Message], end: RunState) -> bool:
+        return False
+
+    def approvals(self) -> list[Approval]:
+        return []
+
+    def wait(self, transcript: Sequence[Message], approvals: Sequence[Approval]) -> bool:
         return False
 
     def let_go(self) -> None:
@@ -172,6 +187,12 @@ class SeedSession(Nowhere):
             return False
         return True
 
+    def wait(self, transcript: Sequence[Message], approvals: Sequence[Approval]) -> bool:
+        # Such a store keeps no state: the transcript ends in the calls, and a run resumed from
+        # it stops for them again. Decisions need a store that keeps approvals.
+        self.session.save(transcript)
+        return True
+
 
 class Journal:
     """``Spec(journal=True)``: a session's persistence that also saves around every tool call.
@@ -216,6 +237,12 @@ class Journal:
 
     def stop(self, transcript: Sequence[Message], end: RunState) -> bool:
         return self.inner.stop(transcript, end)
+
+    def approvals(self) -> list[Approval]:
+        return self.inner.approvals()
+
+    def wait(self, transcript: Sequence[Message], approvals: Sequence[Approval]) -> bool:
+        return self.inner.wait(transcript, approvals)
 
     def let_go(self) -> None:
         self.inner.let_go()

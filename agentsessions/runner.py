@@ -23,8 +23,9 @@ from types import TracebackType
 
 from agentsessions import events as ev
 from agentsessions import persistence
+from agentsessions.approvals import Decision
 from agentsessions.endpoint import Endpoint
-from agentsessions.errors import RunError, RunnerClosedError, SessionBusyError
+from agentsessions.errors import ApprovalPendingError, ConflictError, RunError, RunnerClosedError, SessionBusyError
 from agentsessions.loop import EventSink, ReactLoop, SteerBox
 from agentsessions.messages import Message, check_transcript
 from agentsessions.persistence import Persistence
@@ -68,6 +69,8 @@ class Run:
         emit: EventSink | None,
         keep: Persistence,
         replica: str = "",
+        *,
+        for_steers: bool = False,
     ) -> None:
         emit = Listener(emit) if emit is not None else None
         self._replica = replica
@@ -77,7 +80,9 @@ class Run:
         self._finished = threading.Event()
         self._result: Result | None = None
         self._error: RunError | None = None
-        self._loop = ReactLoop(spec, messages, endpoint, emit, self._box, lambda: self._cancelled, keep)
+        self._loop = ReactLoop(
+            spec, messages, endpoint, emit, self._box, lambda: self._cancelled, keep, for_steers=for_steers
+        )
 
     @property
     def session(self) -> Session | None:
@@ -160,7 +165,8 @@ class Run:
         leftover = self._box.take(close=True)
         loop = self._loop
         unapplied = loop.unsaved_box + loop.unapplied + leftover
-        return Result(loop.transcript, loop.final_text(), loop.steps, stop_reason, unapplied, loop.usage)
+        approvals = loop.asked if stop_reason == StopReason.APPROVAL_REQUIRED else []
+        return Result(loop.transcript, loop.final_text(), loop.steps, stop_reason, unapplied, loop.usage, approvals)
 
 
 def default_replica() -> str:
@@ -236,14 +242,24 @@ class Runner:
         The thread runs in a copy of the caller's context variables (``contextvars``), so
         what the caller's context carries, such as its current tracing span, applies to the run.
         """
-        run = self._prepare(spec, messages, endpoint, events)
-        # The caller's context variables go with the run (a tracing span, a request id), as they do for run().
+        return self._launch(self._prepare(spec, messages, endpoint, events))
+
+    @staticmethod
+    def _launch(run: Run) -> Run:
+        """Start ``run`` on a worker thread, in a copy of the caller's context variables (a tracing span)."""
         caller = contextvars.copy_context()
         threading.Thread(target=caller.run, args=(run._execute,), name="agentsessions-run", daemon=True).start()
         return run
 
     def send(
-        self, spec: Spec, text: str, endpoint: Endpoint, events: EventSink | None = None, *, key: str | None = None
+        self,
+        spec: Spec,
+        text: str,
+        endpoint: Endpoint,
+        events: EventSink | None = None,
+        *,
+        key: str | None = None,
+        on_waiting: str = "keep",
     ) -> Run | None:
         """Deliver one user message to the spec's session: the one call a chat view needs.
 
@@ -265,7 +281,15 @@ class Runner:
         it already taken from the store (a run answered it, or is answering it) starts no
         run. The same key with another text raises :class:`ConflictError`. Keys need a
         session from :func:`agentsessions.open` over a :class:`RunStore`.
+
+        ``on_waiting`` says what a text does to a session that waits for approval
+        (``WAITING``): ``"keep"`` leaves it stored for the run after the decision and returns
+        ``None``; ``"reject"`` rejects every undecided call with the text as the reason
+        (``by="user"``) and starts the run that answers it. A decision racing it stands
+        (each call is decided once); the text is answered once either way.
         """
+        if on_waiting not in ("keep", "reject"):
+            raise ValueError(f'on_waiting must be "keep" or "reject", got {on_waiting!r:.80}')
         text = check_steer(text)
         session = spec.session if isinstance(spec, Spec) else None
         if session is None:
@@ -282,10 +306,14 @@ class Runner:
         # new run would answer the transcript's end a second time.
         if key is not None and isinstance(session, StoreSession) and not session.info().pending_steers:
             return mine
+        if state is RunState.WAITING and on_waiting == "reject" and isinstance(session, StoreSession):
+            _reject_undecided(session, text)
         try:
-            return self.start(spec, Resume(), endpoint, events)
+            return self._launch(self._prepare(spec, Resume(), endpoint, events, for_steers=True))
         except SessionBusyError:
             return None  # another run claimed it since: it takes the stored steer at its first step
+        except ApprovalPendingError:
+            return None  # the session waits for a decision: the run after it takes the stored steer
 
     def _live_run_of(self, session: Session) -> Run | None:
         """This runner's unfinished run of ``session``, if it has one."""
@@ -294,8 +322,15 @@ class Runner:
         return next((run for run in runs if not run.done and _same_session(run.session, session)), None)
 
     def _prepare(
-        self, spec: Spec, messages: Sequence[Message] | Resume, endpoint: Endpoint, events: EventSink | None
+        self,
+        spec: Spec,
+        messages: Sequence[Message] | Resume,
+        endpoint: Endpoint,
+        events: EventSink | None,
+        *,
+        for_steers: bool = False,
     ) -> Run:
+        """The run, claimed; ``for_steers``: it is ``send``'s, and asks nothing if no steer waits for it."""
         if not isinstance(spec, Spec):
             raise TypeError(f"spec must be an agentsessions.Spec, got {type(spec).__name__}")
         if not callable(getattr(endpoint, "complete", None)):
@@ -312,7 +347,7 @@ class Runner:
         keep = persistence.choose(spec.session, journal=spec.journal, replica=self.replica, lease=spec.lease)
         if resume is not None:
             transcript = self._resumed(spec, resume, keep)
-        run = Run(spec, transcript, endpoint, events, keep, self.replica)
+        run = Run(spec, transcript, endpoint, events, keep, self.replica, for_steers=for_steers)
         with self._lock:
             self._runs.add(run)
             if self._closed:  # shut down while claiming: it stops before its first request
@@ -339,6 +374,19 @@ def _keyed_steer(session: Session, text: str, key: str) -> RunState | None:
         kind = type(session).__name__
         raise TypeError(f"send(key=...) needs a session from agentsessions.open(id, store), got a {kind}")
     return session.steer(text, key=key)
+
+
+def _reject_undecided(session: StoreSession, reason: str) -> None:
+    """Reject every call of the session's wait nobody has decided, with ``reason``; decisions racing it stand."""
+    for _ in range(8):  # each refusal means another decision landed in between: fewer calls are left
+        undecided = [approval.call_id for approval in session.approvals() if approval.decision is None]
+        if not undecided:
+            return
+        try:
+            session.decide(dict.fromkeys(undecided, Decision.reject(reason=reason, by="user")))
+            return
+        except ConflictError:
+            continue
 
 
 def _same_session(one: Session | None, other: Session) -> bool:

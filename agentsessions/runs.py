@@ -20,7 +20,7 @@ from __future__ import annotations
 import datetime
 import enum
 import logging
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import TypeVar
 
 import attrs
@@ -38,7 +38,8 @@ class RunState(enum.StrEnum):
 
     ``IDLE``: no run has held it. ``RUNNING``: a run holds it and its lease is live.
     ``STALLED``: a run held it and its lease ran out (its process died or hangs).
-    ``FINISHED``, ``CANCELLED``, ``FAILED``: how its last run ended.
+    ``FINISHED``, ``CANCELLED``, ``FAILED``: how its last run ended. ``WAITING``: its last
+    run stopped for a person's decision on a tool call (:mod:`agentsessions.approvals`).
     """
 
     IDLE = "idle"
@@ -47,6 +48,7 @@ class RunState(enum.StrEnum):
     FINISHED = "finished"
     CANCELLED = "cancelled"
     FAILED = "failed"
+    WAITING = "waiting"
 
 
 ENDINGS = frozenset({RunState.FINISHED, RunState.CANCELLED, RunState.FAILED})
@@ -58,6 +60,10 @@ def _aware(_: object, attribute: attrs.Attribute[datetime.datetime | None], valu
         raise TypeError(f"SessionInfo.{attribute.name} must be an aware datetime or None, got {value!r:.80}")
 
 
+def _copied(metadata: Mapping[str, str]) -> dict[str, str]:
+    return dict(metadata)  # the record's own dict: changing the caller's mapping later changes nothing here
+
+
 @attrs.frozen
 class SessionInfo:
     """One session's record, as :meth:`Session.info` and :meth:`RunStore.sessions` report it.
@@ -65,7 +71,10 @@ class SessionInfo:
     ``length`` is the number of stored messages; ``updated_at`` the last save (aware UTC,
     to the microsecond; ``None`` if never saved). ``holder`` is the replica name of the
     run holding the session, or of the last one that held it. An unknown id is ``IDLE``
-    with length 0.
+    with length 0. ``pending_approvals`` counts the calls of a ``WAITING`` session nobody has
+    decided yet (0 in any other state).
+    ``metadata`` is the mapping the application set
+    (:meth:`~agentsessions.session.StoreSession.set_metadata`); empty until it sets one.
     """
 
     id: str
@@ -76,6 +85,9 @@ class SessionInfo:
     lease_expires_at: datetime.datetime | None = attrs.field(default=None, validator=_aware)
     pending_steers: int = 0
     cancel_requested: bool = False
+    pending_approvals: int = 0
+    # A dict, as an application reads it; left out of the hash, which a dict cannot have.
+    metadata: dict[str, str] = attrs.field(factory=dict, converter=_copied, hash=False)
 
 
 @attrs.frozen
@@ -144,12 +156,14 @@ def derive_state(
 
 
 def exists(info: SessionInfo) -> bool:
-    """Whether the store has anything for this session: a transcript, a run, or steers.
+    """Whether the store has anything for this session: a transcript, a run, steers or metadata.
 
     ``info()`` on an id no one used answers an ``IDLE`` record with nothing in it; any other
     record was made by someone.
     """
-    return bool(info.length or info.updated_at or info.state is not RunState.IDLE or info.pending_steers)
+    return bool(
+        info.length or info.updated_at or info.state is not RunState.IDLE or info.pending_steers or info.metadata
+    )
 
 
 _STATES = {member.value: member for member in RunState}

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import inspect
-from collections.abc import Collection, Iterator, Sequence
+import os
+import socket
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
 
-from agentsessions.errors import InvalidSessionIdError
-from agentsessions.messages import Message
+from agentsessions.approvals import Approval, ApprovalStore, Decision, check_decisions
+from agentsessions.errors import ConflictError, InvalidSessionIdError
+from agentsessions.messages import Content, Message, Role, put_results
+from agentsessions.metadata import check_metadata
 from agentsessions.runs import Claim, Progress, Renewal, RunState, SessionInfo, Steer
 
 MAX_SESSION_ID = 255
@@ -129,7 +134,11 @@ class RunStore(Store, Protocol):
         ...
 
     def claim(self, session_id: str, *, replica: str, lease: float) -> Claim:
-        """Hold the session for a run; raises :class:`SessionBusyError` while another lease is live."""
+        """Hold the session for a run; raises :class:`SessionBusyError` while another lease is live.
+
+        A ``STALLED`` session is taken over; the :class:`Claim` says so (``took_over=True``),
+        decided in the same atomic step as the claim itself.
+        """
         ...
 
     def peek_steers(self, session_id: str) -> list[Steer]:
@@ -173,6 +182,31 @@ def keeps_steer_keys(store: object) -> bool:
     except (TypeError, ValueError):  # a callable whose signature cannot be read
         return False
     return any(p.name == "key" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+@runtime_checkable
+class MetadataStore(RunStore, Protocol):
+    """A :class:`RunStore` that keeps each session's metadata and lists sessions by it.
+
+    ``set_metadata`` replaces the session's whole mapping in one step (an empty one clears
+    it), making the record if there is none; it is not a save, so ``updated_at`` stays.
+    ``sessions(metadata=...)`` lists only the sessions holding every given pair, over an
+    index: as cheap as listing by state, with any other filter.
+    """
+
+    def set_metadata(self, session_id: str, metadata: Mapping[str, str]) -> None:
+        """Make ``metadata`` the session's whole metadata (see :mod:`agentsessions.metadata` for the limits)."""
+        ...
+
+    def sessions(
+        self,
+        *,
+        state: RunState | Collection[RunState] | None = None,
+        updated_before: datetime.datetime | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Iterator[SessionInfo]:
+        """Every session holding each pair of ``metadata``, newest update first, in pages, each exactly once."""
+        ...
 
 
 @runtime_checkable
@@ -257,14 +291,34 @@ class StoreSession:
         """Remove this session's transcript, steers and record in one step; ``True`` if it existed."""
         return self._runs().delete(self.id)
 
+    def set_metadata(self, metadata: Mapping[str, str]) -> None:
+        """Make ``metadata`` (``str`` to ``str``, at most 16 keys) this session's whole metadata, in one step.
+
+        ``store.sessions(metadata={"user": "42"})`` then lists it among that user's
+        sessions; :attr:`SessionInfo.metadata` reads it back. An empty mapping clears it.
+        Needs a store that keeps metadata (:class:`MetadataStore`); else ``TypeError``.
+        """
+        checked = check_metadata(metadata)
+        if not isinstance(self.store, MetadataStore):
+            raise TypeError(f"{type(self.store).__name__} keeps no session metadata (it has no set_metadata method)")
+        self.store.set_metadata(self.id, checked)
+
     def cancel(self) -> bool:
-        """Ask the run holding this session to stop; ``False`` when no live run holds it.
+        """Ask the run holding this session to stop, or end its wait for approval; ``False`` when neither.
 
         The request reaches the run, in whatever process, with its next save or its
         process's next lease renewal (within ``lease / 3``); it then stops before its next
-        model request or tool call.
+        model request or tool call. A session that waits for approval (``WAITING``) has its
+        wait ended instead: each undecided call is rejected (``by="cancel"``), every call of
+        the wait gets an ``is_error`` result saying it was cancelled, and the session ends
+        ``CANCELLED``, all under a claim of its own.
         """
-        return self._runs().cancel(self.id)
+        store = self._runs()
+        if store.cancel(self.id):
+            return True
+        if isinstance(store, ApprovalStore) and store.info(self.id).state is RunState.WAITING:
+            return _end_wait(store, self.id)
+        return False
 
     def fork(self, new_id: str, *, at: int | None = None) -> StoreSession:
         """A new session holding this one's first ``at`` messages (all when ``None``), ``IDLE``, no steers.
@@ -278,6 +332,37 @@ class StoreSession:
         self.store.fork(self.id, new_id, at=at)
         return StoreSession(new_id, self.store)
 
+    def approvals(self) -> list[Approval]:
+        """The tool calls this session waits for, decided or not; ``[]`` when it does not wait."""
+        store = self._approvals()
+        if self._runs().info(self.id).state is not RunState.WAITING:
+            return []
+        return store.approvals(self.id)
+
+    def approve(self, call_id: str, *, by: str = "") -> RunState:
+        """Let the waiting call ``call_id`` run; the session's state after (see :meth:`decide`)."""
+        return self.decide({call_id: Decision.approve(by=by)})
+
+    def reject(self, call_id: str, *, reason: str = "", by: str = "") -> RunState:
+        """Refuse the waiting call ``call_id``: the model reads an error result holding ``reason``."""
+        return self.decide({call_id: Decision.reject(reason=reason, by=by)})
+
+    def decide(self, decisions: Mapping[str, Decision]) -> RunState:
+        """Record decisions on waiting calls (call id to :class:`Decision`) in one atomic step, all or none.
+
+        Returns the session's state after it. The same decision again records nothing and
+        returns the state (safe to retry); the other decision on a decided call, or an id
+        that is not waiting, raises :class:`~agentsessions.ConflictError` and records none.
+        Once every call is decided, a run started with ``Resume()`` goes on from the wait.
+        """
+        return self._approvals().decide(self.id, check_decisions(decisions))
+
+    def _approvals(self) -> ApprovalStore:
+        store = self._runs()
+        if not isinstance(store, ApprovalStore):
+            raise TypeError(f"{type(store).__name__} keeps no approvals (it has no wait, approvals and decide methods)")
+        return store
+
     def _runs(self, to: str = "keep run records") -> RunStore:
         if not isinstance(self.store, RunStore):
             kind = type(self.store).__name__
@@ -287,6 +372,47 @@ class StoreSession:
     def take_steers(self) -> list[str]:
         """Remove and return the waiting steers, oldest first."""
         return self.store.take_steers(self.id)
+
+
+CANCELLED_WAIT = "the wait for approval was cancelled, so this tool call did not run"
+"""The result every call of a wait gets when ``session.cancel()`` ends the wait."""
+
+
+def _end_wait(store: RunStore, session_id: str) -> bool:
+    """Reject the wait's undecided calls, then under a claim answer every pending call as cancelled and end.
+
+    A decision or a resumed run can race it: a decision just made stands (the call is
+    answered as cancelled all the same); a run that claimed the session first is asked
+    to cancel instead.
+    """
+    assert isinstance(store, ApprovalStore)
+    reject = Decision.reject(reason=CANCELLED_WAIT, by="cancel")
+    undecided = {a.call_id: reject for a in store.approvals(session_id) if a.decision is None}
+    with contextlib.suppress(ConflictError):  # one was decided meanwhile, or the wait ended: go on
+        if undecided:
+            store.decide(session_id, undecided)
+    try:
+        claim = store.claim(session_id, replica=f"{socket.gethostname()}:{os.getpid()}", lease=30.0)
+    except ConflictError:
+        return store.cancel(session_id)  # a run took the session first: it is the one to stop
+    transcript = store.messages(session_id)
+    _answer_as_cancelled(transcript)
+    store.save_run(claim, transcript, end=RunState.CANCELLED)
+    return True
+
+
+def _answer_as_cancelled(transcript: list[Message]) -> None:
+    """Give the last assistant message's unanswered tool calls the cancelled result."""
+    if transcript and transcript[-1].role is Role.ASSISTANT:
+        calls, results = transcript[-1].tool_uses, []
+    elif len(transcript) >= 2 and transcript[-2].role is Role.ASSISTANT:
+        results = [c for c in transcript[-1].content if c.part_of_result]
+        answered = {c.tool_use_id for c in results}
+        calls = tuple(use for use in transcript[-2].tool_uses if use.id not in answered)
+    else:
+        return
+    if calls:
+        put_results(transcript, [*results, *(Content.tool_result(c.id, CANCELLED_WAIT, is_error=True) for c in calls)])
 
 
 def open(session_id: str, store: Store) -> StoreSession:

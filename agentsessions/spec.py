@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from agentsessions.approvals import Approval
 from agentsessions.endpoint import Usage
 from agentsessions.messages import Message, Role
 from agentsessions.runs import check_lease
@@ -37,6 +38,8 @@ class StopReason(enum.StrEnum):
     MAX_STEPS = "max_steps"
     CANCELLED = "cancelled"
     ERROR = "error"
+    APPROVAL_REQUIRED = "approval_required"
+    """A tool call needs a person's decision: the session waits (``Result.approvals`` lists the calls)."""
 
 
 def _tools(value: Sequence[Tool]) -> tuple[Tool, ...]:
@@ -92,6 +95,8 @@ class Result:
     model requests were made. ``unapplied_steers`` are steers that reached ``Run.steer``
     but were never carried by a saved transcript (with a session) or a request (without);
     steers left in a session's store are not among them: they wait there for the next run.
+    ``approvals``: the calls waiting for a decision when ``stop_reason`` is
+    ``"approval_required"`` (empty otherwise).
     """
 
     messages: list[Message]
@@ -100,6 +105,7 @@ class Result:
     stop_reason: str
     unapplied_steers: list[str] = attrs.Factory(list)
     usage: Usage = attrs.field(factory=Usage)
+    approvals: list[Approval] = attrs.Factory(list)
 
 
 def _resume_message(_: object, __: attrs.Attribute[str | Message | None], value: object) -> None:

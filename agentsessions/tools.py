@@ -32,6 +32,11 @@ def _schema_object(_: object, __: attrs.Attribute[Any], value: object) -> None:
         raise ValueError(f'Tool.input_schema must be a JSON schema with "type": "object", got {value!r:.80}')
 
 
+def _approval_rule(_: object, __: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, bool) and not callable(value):
+        raise TypeError(f"Tool.needs_approval must be a bool or a callable(arguments) -> bool, got {value!r:.80}")
+
+
 @attrs.frozen
 class Tool:
     """A function the model may call.
@@ -45,7 +50,9 @@ class Tool:
     ``fn`` runs (:meth:`parse_input`). ``idempotent`` says that running a call twice
     does no more than running it once: with ``Spec(journal=True)``, a call that a crash
     left in doubt runs again only then (any other gets an error result saying its result
-    was lost).
+    was lost). ``needs_approval`` (``True``, or a callable given the call's parsed arguments
+    that says ``True`` for the calls to ask about) stops the run before such a call until a
+    person approves or rejects it (:mod:`agentsessions.approvals`).
     """
 
     name: str = attrs.field(validator=attrs.validators.matches_re(r"^[a-zA-Z0-9_-]{1,64}$"))
@@ -53,6 +60,9 @@ class Tool:
     input_schema: Mapping[str, Any] = attrs.field(validator=_schema_object, eq=False)
     fn: Callable[..., ToolOutput] = attrs.field(validator=attrs.validators.is_callable(), eq=False)
     idempotent: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool), kw_only=True)
+    needs_approval: bool | Callable[[dict[str, Any]], bool] = attrs.field(
+        default=False, validator=_approval_rule, kw_only=True, eq=False
+    )
     _check_input: Callable[[object], None] = attrs.field(init=False, eq=False, repr=False)
 
     @_check_input.default
@@ -76,6 +86,27 @@ class Tool:
             raise InvalidArgumentsError("", f"expected a JSON object, got {schemas.shown(arguments)}")
         self._check_input(arguments)
         return arguments
+
+    def asks_approval(self, input: str) -> bool:
+        """Whether the call with ``input`` (its JSON text) must wait for a person's decision.
+
+        A call whose arguments do not fit the schema never runs, so it needs none. A rule
+        that raises asks: a call that must not run unapproved is never let through by a bug.
+        """
+        rule = self.needs_approval
+        if rule is False or rule is True:
+            return rule
+        try:
+            arguments = self.parse_input(input)
+        except InvalidArgumentsError:
+            return False
+        try:
+            return bool(rule(arguments))
+        except Exception:
+            log.warning(
+                "the needs_approval rule of tool %r raised; the call waits for a decision", self.name, exc_info=True
+            )
+            return True
 
 
 def call(tools: Mapping[str, Tool], use: Content) -> tuple[list[Content], Exception | None]:
@@ -296,7 +327,11 @@ def _derive(fn: Callable[..., ToolOutput], name: str | None, description: str | 
 def tool(fn: Callable[..., ToolOutput], /) -> Tool: ...
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, idempotent: bool = False
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    idempotent: bool = False,
+    needs_approval: bool | Callable[[dict[str, Any]], bool] = False,
 ) -> Callable[[Callable[..., ToolOutput]], Tool]: ...
 def tool(
     fn: Callable[..., ToolOutput] | None = None,
@@ -305,6 +340,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     idempotent: bool = False,
+    needs_approval: bool | Callable[[dict[str, Any]], bool] = False,
 ) -> Tool | Callable[[Callable[..., ToolOutput]], Tool]:
     """Make a :class:`Tool` from a typed function.
 
@@ -316,13 +352,16 @@ def tool(
     no form for, ``*args``, ``**kwargs``, a positional-only parameter) is a ``TypeError`` here,
     at decoration, naming the function and the parameter; so is a return annotation that is
     not a tool's output (``-> int``, ``-> None``): a tool returns a str or a list of blocks.
-    ``idempotent=True`` marks a tool that may safely run twice (see :class:`Tool`).
+    ``idempotent=True`` marks a tool that may safely run twice, and ``needs_approval`` one
+    whose calls wait for a person's decision (see :class:`Tool`).
     """
     # The caller's frame is where the function was defined: its local types are there.
     if fn is not None:
-        return attrs.evolve(_derive(fn, name, description, sys._getframe(1).f_locals), idempotent=idempotent)
+        derived = _derive(fn, name, description, sys._getframe(1).f_locals)
+        return attrs.evolve(derived, idempotent=idempotent, needs_approval=needs_approval)
 
     def decorate(f: Callable[..., ToolOutput]) -> Tool:
-        return attrs.evolve(_derive(f, name, description, sys._getframe(1).f_locals), idempotent=idempotent)
+        derived = _derive(f, name, description, sys._getframe(1).f_locals)
+        return attrs.evolve(derived, idempotent=idempotent, needs_approval=needs_approval)
 
     return decorate

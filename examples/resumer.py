@@ -9,9 +9,11 @@ MongoDB, Redis), the same the ``agentsessions`` command takes.
 
 It lists the ``STALLED`` sessions (``store.sessions(state=RunState.STALLED)``: a run held
 each and its lease ran out, so its process died or hangs, or it had no step left for a
-steer it was to take and left the session to stall), and the ended ones (``FINISHED``,
+steer it was to take and left the session to stall), the ended ones (``FINISHED``,
 ``CANCELLED``, ``FAILED``) with steers waiting: a steer left by ``agentsessions steer`` or
-the console on a session no run holds waits for the next run, and nothing else starts one.
+the console on a session no run holds waits for the next run, and nothing else starts one;
+and the ``WAITING`` ones whose every call someone approved or rejected (``pending_approvals``
+0): the run after the decision runs the approved calls and answers the rejected ones.
 It resumes each with ``Resume()``, at most ``--max-parallel`` at once, printing one line
 per session:
 
@@ -63,15 +65,26 @@ def order_status(order_id: str) -> str:
     return f"order {order_id}: shipped on 3 March, parcel 7731"
 
 
+@agent.tool(needs_approval=True)
+def cancel_order(order_id: str) -> str:
+    """Cancel an order: a person approves each call first (the session waits, see agentsessions.approvals).
+
+    Args:
+        order_id: the order's number.
+    """
+    return f"order {order_id}: cancelled, refund on its way"
+
+
 def demo_model(request: agent.ModelRequest) -> agent.Message:
-    """The offline model: asks for the order's status, then answers from what the tool returned."""
+    """The offline model: asks for the order's status (or to cancel it), then answers from what the tool returned."""
     last = request.messages[-1]
     results = [c.text for c in last.content if c.type is agent.ContentType.TOOL_RESULT]
     if results:
         return agent.Message.assistant("Here is what I found: " + "; ".join(results))
     order = re.search(r"\d+", last.text)
     arguments = json.dumps({"order_id": order[0] if order else "unknown"})
-    return agent.Message(agent.Role.ASSISTANT, [agent.Content.tool_use("call-status", "order_status", arguments)])
+    tool = "cancel_order" if "cancel" in last.text else "order_status"
+    return agent.Message(agent.Role.ASSISTANT, [agent.Content.tool_use(f"call-{tool}", tool, arguments)])
 
 
 class DemoEndpoint:
@@ -85,7 +98,8 @@ class DemoEndpoint:
 
 def service_agent(session: agent.StoreSession, model: str = "") -> tuple[agent.Spec, agent.Endpoint]:
     """The service's agent for ``session``: its tools, prompt and lease, and the model (``provider:MODEL`` or demo)."""
-    spec = agent.Spec(session=session, tools=[order_status], system="You answer questions about orders.", lease=30.0)
+    tools = [order_status, cancel_order]
+    spec = agent.Spec(session=session, tools=tools, system="You answer questions about orders.", lease=30.0)
     if not model:
         return spec, DemoEndpoint()
     from agentsessions.endpoints import by_name
@@ -107,8 +121,10 @@ ENDED = frozenset({agent.RunState.FINISHED, agent.RunState.CANCELLED, agent.RunS
 
 
 def needs_a_run(info: agent.SessionInfo) -> bool:
-    """Whether a session waits for a run that nothing else starts: stalled, or ended with steers waiting."""
-    return info.state is agent.RunState.STALLED or (info.state in ENDED and info.pending_steers > 0)
+    """Whether a session waits for a run that nothing else starts: stalled, ended with steers waiting, or a wait
+    for approval whose every call is decided."""
+    decided = info.state is agent.RunState.WAITING and info.pending_approvals == 0
+    return info.state is agent.RunState.STALLED or (info.state in ENDED and info.pending_steers > 0) or decided
 
 
 def resume(runner: agent.Runner, store: agent.RunStore, stalled: agent.SessionInfo, make: Agent) -> tuple[str, bool]:
@@ -125,7 +141,7 @@ def resume(runner: agent.Runner, store: agent.RunStore, stalled: agent.SessionIn
     try:
         # Resume(): the transcript as stored when the claim is ours, appending nothing.
         result = runner.run(spec, agent.Resume(), endpoint)
-    except agent.SessionBusyError as error:
+    except (agent.SessionBusyError, agent.ApprovalPendingError) as error:
         return f"skipped {sid}: taken by another run an instant ago ({error})", True
     except agent.RunError as error:
         return f"failed {sid}: {error}", False
@@ -137,10 +153,11 @@ def resume_all(store: agent.RunStore, make: Agent, *, max_parallel: int, replica
     """Resume every session that needs a run, ``max_parallel`` at once, one line for each; ``False`` if one failed."""
     stalled = list(store.sessions(state=agent.RunState.STALLED))
     steered = [info for info in store.sessions(state=ENDED) if info.pending_steers > 0]
+    decided = [info for info in store.sessions(state=agent.RunState.WAITING) if info.pending_approvals == 0]
     runner = agent.Runner(replica=replica)
     ok = True
     with ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="resume") as pool:
-        futures = [pool.submit(resume, runner, store, info, make) for info in [*stalled, *steered]]
+        futures = [pool.submit(resume, runner, store, info, make) for info in [*stalled, *steered, *decided]]
         for future in as_completed(futures):
             try:
                 line, went_well = future.result()
@@ -148,7 +165,8 @@ def resume_all(store: agent.RunStore, make: Agent, *, max_parallel: int, replica
                 line, went_well = f"failed: {error}", False
             print(line, flush=True)
             ok = ok and went_well
-    print(f"{len(stalled)} stalled sessions found; {len(steered)} ended with steers waiting", flush=True)
+    found = f"{len(stalled)} stalled sessions found; {len(steered)} ended with steers waiting"
+    print(f"{found}; {len(decided)} waits for approval decided", flush=True)
     return ok
 
 

@@ -46,3 +46,20 @@ def test_quick_mode_runs_and_prints_every_section() -> None:
     # Each peer either ran or was skipped with its reason.
     for peer in ("LangGraph", "OpenAI Agents"):
         assert f"{peer}: skipped" in out or f"\n  {peer}" in out, out
+
+
+def test_session_listing_quick_mode_lists_the_user_beside_listing_by_state() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.session_listing", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "sqlite,     1,000 sessions: u42's 20 newest" in done.stdout, done.stdout
+    for store in ("postgres", "mysql", "redis"):  # measured, or skipped saying why
+        assert f"{store},     1,000 sessions" in done.stdout or f"{store}: skipped (" in done.stdout, done.stdout
+    peer = "LangGraph PostgresSaver,     1,000 sessions"
+    assert peer in done.stdout or "langgraph: skipped (" in done.stdout, done.stdout

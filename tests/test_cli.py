@@ -7,7 +7,6 @@ real subprocess. Sessions are made by real runs (``Runner`` with a ``ScriptedEnd
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import subprocess
@@ -22,7 +21,7 @@ import attrs
 import pytest
 
 import agentsessions as agent
-from agentsessions.cli import Exit, main, parse_store_url
+from agentsessions.cli import Exit, parse_store_url
 from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.stores import sqlite
 from tests.support.backends import (
@@ -38,6 +37,7 @@ from tests.support.backends import (
     scratch_redis,
     store_params,
 )
+from tests.support.command import Outcome, cli
 from tests.support.scripts import call, double, echo_last_result
 from tests.support.servers import (
     MONGODB_URI,
@@ -52,32 +52,6 @@ from tests.support.servers import (
 from tests.support.waiting import wait_for
 
 SECRET = "Hunter2-S3cr3t"  # distinctive: if it shows up anywhere, it came from the URL
-
-
-@attrs.frozen
-class Outcome:
-    code: int
-    out: str
-    err: str
-
-    def lines(self) -> list[str]:
-        return self.out.splitlines()
-
-
-def cli(*argv: str) -> Outcome:
-    """Run the command in this process, as a shell would see it: exit code, stdout, stderr."""
-    out, err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8"), io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
-    saved = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = out, err
-    try:
-        code = main(list(argv))
-    finally:
-        sys.stdout, sys.stderr = saved
-    texts = []
-    for stream in (out, err):
-        stream.flush()
-        texts.append(stream.buffer.getvalue().decode())
-    return Outcome(code, texts[0], texts[1])
 
 
 @attrs.frozen
@@ -317,6 +291,25 @@ def test_list_filters_by_age_and_limits(sqlite_url: tuple[str, agent.RunStore]) 
     assert aged == ["s2", "s1", "s0"]
     assert len(cli("--store", url, "list", "--limit", "2", "--json").lines()) == 2
     for bad in (["--older-than", "7 days"], ["--older-than", "1x"], ["--limit", "0"], ["--state", "asleep"]):
+        outcome = cli("--store", url, "list", *bad)
+        assert outcome.code == Exit.USAGE and outcome.out == "", bad
+
+
+def test_list_filters_by_metadata(sqlite_url: tuple[str, agent.RunStore]) -> None:
+    url, store = sqlite_url
+    assert isinstance(store, agent.MetadataStore)
+    for n, user in enumerate(["42", "7", "42"]):
+        store.save(f"m{n}", [agent.Message.user(str(n))])
+        store.set_metadata(f"m{n}", {"user": user, "app": "support"})
+    listed = [json.loads(line) for line in cli("--store", url, "list", "--metadata", "user=42", "--json").lines()]
+    assert [(record["id"], record["metadata"]) for record in listed] == [
+        ("m2", {"user": "42", "app": "support"}),
+        ("m0", {"user": "42", "app": "support"}),
+    ]
+    both = cli("--store", url, "list", "--metadata", "user=7", "--metadata", "app=support", "--json").lines()
+    assert [json.loads(line)["id"] for line in both] == ["m1"]
+    assert cli("--store", url, "list", "--metadata", "user=42", "--state", "running", "--json").lines() == []
+    for bad in (["--metadata", "user"], ["--metadata", "=42"], ["--metadata", f"user={'x' * 300}"]):
         outcome = cli("--store", url, "list", *bad)
         assert outcome.code == Exit.USAGE and outcome.out == "", bad
 

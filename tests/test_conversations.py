@@ -93,6 +93,44 @@ def test_send_starts_a_run_steers_its_own_and_reaches_one_held_elsewhere() -> No
     assert store.info("s").pending_steers == 0 and store.info("s").state is agent.RunState.FINISHED
 
 
+class PausesAfterStoring(MemoryStore):
+    """A store that holds the caller of ``add_steer`` for one text, after storing it, until told to go on."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text, self.stored, self.go_on = text, threading.Event(), threading.Event()
+
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> agent.RunState:
+        state = super().add_steer(session_id, text, key=key)
+        if text == self.text:
+            self.stored.set()
+            assert self.go_on.wait(5)
+        return state
+
+
+def test_a_send_whose_text_another_run_answered_first_asks_the_model_nothing() -> None:
+    # B stores its text and, before B starts a run, A's run takes both texts, answers and
+    # finishes. B's run then finds nothing waiting: it must not answer the answer again.
+    store = PausesAfterStoring("B")
+    spec = agent.Spec(session=agent.open("chat", store))
+    model = ScriptedEndpoint([agent.Message.assistant("the answer"), agent.Message.assistant("again")])
+    sent_b: list[agent.Run | None] = []
+    b = threading.Thread(target=lambda: sent_b.append(agent.Runner(replica="b").send(spec, "B", model)))
+    b.start()
+    assert store.stored.wait(5)
+    run_a = agent.Runner(replica="a").send(spec, "A", model)
+    assert run_a is not None and run_a.wait(5).text == "the answer"
+    store.go_on.set()
+    b.join(5)
+    run_b = sent_b[0]
+    assert run_b is not None
+    result = run_b.wait(5)
+    assert (result.steps, result.stop_reason, result.text) == (0, agent.StopReason.END_TURN, "the answer")
+    assert len(model.requests) == 1
+    assert [m.text for m in store.messages("chat")] == ["BA", "the answer"]
+    assert store.info("chat").state is agent.RunState.FINISHED
+
+
 def test_many_sends_from_two_replicas_are_each_answered_once(opener: Opener) -> None:
     texts = [f"message {replica}-{thread}-{n}" for replica in range(2) for thread in range(3) for n in range(4)]
     runs: list[agent.Run] = []

@@ -40,8 +40,8 @@ from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.runs import ENDINGS
 from agentsessions.stores.memory import MemoryStore
 from tests.support.backends import Opener, store_url
+from tests.support.command import cli
 from tests.support.waiting import wait_for
-from tests.test_cli import cli
 
 OLD = Keyring({"k1": Keyring.new_key()}, "k1")
 NEW = OLD.rotated("k2")

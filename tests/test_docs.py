@@ -97,7 +97,7 @@ def test_the_postgres_block_runs() -> None:
     schema = f"agentsessions_readme_{secrets.token_hex(4)}"
     admin.execute(f"CREATE SCHEMA {schema}")
     try:
-        dsn = f'"{POSTGRES_DSN}", kwargs={{"options": "-c search_path={schema}"}}'
+        dsn = f"\"{POSTGRES_DSN} options='-c search_path={schema}'\""  # the block's kwargs are its own
         _run(_block_for("PostgreSQL"), "PostgreSQL", {'"host=127.0.0.1 dbname=myapp user=myapp"': dsn})
         assert admin.execute(f"SELECT to_regclass('{schema}.agentsessions_sessions')").fetchone() != (None,)
     finally:

@@ -26,7 +26,8 @@ from tests.support.backends import Opener, store_params
 from tests.support.schema_v1 import record_version, scratch_at, url_of, versions
 
 VERSIONED = ("sqlite", "postgres", "mysql", "mongodb", "redis")
-WANTED = 2
+WANTED = 4
+MIGRATED = list(range(2, WANTED + 1))  # the versions a version-1 database is taken through
 ROOT = Path(__file__).resolve().parent.parent
 # The full count: AGENTSESSIONS_CRASH_TRIALS=100 python -m pytest tests/test_migrate.py -k killed -s
 TRIALS = int(os.environ.get("AGENTSESSIONS_CRASH_TRIALS", "4"))
@@ -79,12 +80,11 @@ def found_version(opener: Opener) -> int | None:
 
 
 def statements_from_1(opener: Opener) -> int:
-    """How many statements the step from version 1 has."""
+    """How many statements the first step from version 1 (to version 2) has."""
     from agentsessions.stores.urls import open_migrator, parse_url
 
     with open_migrator(parse_url(url_of(opener))) as migrator:
-        (step,) = migrator.plan(1)
-        return len(step.statements)
+        return len(migrator.plan(1)[0].statements)
 
 
 # --- What it prints, what it applies, how it exits ----------------------------------------------
@@ -95,8 +95,11 @@ def test_plan_prints_the_steps_and_applies_nothing(kind: str, tmp_path: Path) ->
         done = migrate(url_of(opener), "--plan")
         assert done.returncode == 0, done.stderr
         assert f"schema version 1; this release uses version {WANTED}" in done.stdout
-        assert f"to version {WANTED}: steer keys" in done.stdout
+        assert "to version 2: steer keys" in done.stdout and "to version 3: approvals" in done.stdout
+        assert f"to version {WANTED}: session metadata" in done.stdout
         assert STEP[kind] in done.stdout
+        if kind not in COMMENT:  # the SQL stores create a table a version
+            assert "CREATE TABLE IF NOT EXISTS agentsessions_approvals" in done.stdout
         assert found_version(opener) == 1
 
 
@@ -169,7 +172,7 @@ def test_it_migrates_then_finds_the_database_up_to_date(kind: str, tmp_path: Pat
         assert (again.returncode, again.stdout.splitlines()[-1]) == (0, "up to date")
         with opener() as store:
             store.add_steer("s", "works")
-            assert versions(store) == [WANTED]
+            assert versions(store) == MIGRATED
 
 
 def test_on_an_empty_database_it_creates_the_current_version(kind: str, tmp_path: Path) -> None:
@@ -267,7 +270,7 @@ def test_four_at_once_one_applies_and_all_exit_0(kind: str, tmp_path: Path) -> N
         waited = [out for out, _ in outputs if "another migration applied it meanwhile" in out]
         assert (len(applied), len(waited)) == (1, 3), outputs
         with opener() as store:
-            assert versions(store) == [WANTED]  # recorded once: nothing applied twice
+            assert versions(store) == MIGRATED  # recorded once: nothing applied twice
 
 
 @pytest.mark.crash
@@ -292,7 +295,7 @@ def test_a_migration_killed_half_way_finishes_when_run_again(kind: str, tmp_path
             last = again.stdout.splitlines()[-1]
             assert last in ("up to date", f"migrated to version {WANTED}"), f"{where}: {again.stdout}"
             with opener() as store:
-                assert versions(store) == [WANTED], where
+                assert versions(store) == MIGRATED, where
                 store.add_steer("s", "the migrated store works")
                 assert store.take_steers("s") == ["the migrated store works"], where
 
@@ -311,7 +314,7 @@ def test_the_lock_a_killed_migration_left_lapses_and_the_next_applies(kind: str,
         assert again.returncode == 0, again.stderr
         assert f"migrated to version {WANTED}" in again.stdout
         with opener() as store:
-            assert versions(store) == [WANTED] and not _lock_left(store)
+            assert versions(store) == MIGRATED and not _lock_left(store)
 
 
 def _leave_a_lock(store: Any) -> None:

@@ -20,6 +20,7 @@ from agentsessions import events as ev
 from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.runs import Claim, Progress
 from agentsessions.stores.memory import MemoryStore
+from tests.support.seed_store import SeedOnly
 
 USER = agent.Message.user("add twice")
 
@@ -35,25 +36,15 @@ def calls(*ids: str) -> agent.Message:
     return agent.Message(agent.Role.ASSISTANT, uses)
 
 
-class SeedWrites:
+class SeedWrites(SeedOnly):
     """A store with only the seed's four methods, noting the length of every transcript it was given."""
 
     def __init__(self) -> None:
-        self.store = MemoryStore()
-        self.written: list[int] = []
+        super().__init__(MemoryStore())
 
-    def save(self, session_id: str, messages: Sequence[agent.Message]) -> None:
-        self.written.append(len(messages))
-        self.store.save(session_id, messages)
-
-    def messages(self, session_id: str) -> list[agent.Message]:
-        return self.store.messages(session_id)
-
-    def add_steer(self, session_id: str, text: str) -> None:
-        self.store.add_steer(session_id, text)
-
-    def take_steers(self, session_id: str) -> list[str]:
-        return self.store.take_steers(session_id)
+    @property
+    def written(self) -> list[int]:
+        return [length for call, length in self.calls if call == "save"]
 
 
 class RunWrites(MemoryStore):

@@ -21,11 +21,13 @@ import contextlib
 import functools
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any, Protocol, overload
 
 import attrs
 
+from agentsessions.approvals import Approval, Decision, check_decisions
+from agentsessions.crypto import _approvals as approval_crypto
 from agentsessions.crypto._keyring import Keyring
 from agentsessions.crypto._sealing import Sealer
 from agentsessions.errors import ConflictError
@@ -41,13 +43,15 @@ from agentsessions.session import (
     keeps_steer_keys,
 )
 from agentsessions.stores.kit import arguments
+from agentsessions.stores.kit.approvals import check_wait
 
 SEED_METHODS = ("save", "messages", "add_steer", "take_steers")
 """What every store has (:class:`~agentsessions.session.Store`)."""
 
 OPTIONAL_METHODS = (
     *("info", "sessions", "delete", "cancel", "claim", "peek_steers", "save_run", "renew"),
-    *("fork", "close"),
+    *("fork", "set_metadata", "close"),
+    *("wait", "approvals", "decide"),
 )
 """The methods the wrapper has when, and only when, the store it wraps has them."""
 
@@ -263,6 +267,10 @@ class _Everything(EncryptedStore):
         result: Iterator[SessionInfo] = self.inner.sessions(state=state, updated_before=updated_before, **filters)
         return result
 
+    def set_metadata(self, session_id: str, metadata: Mapping[str, str]) -> None:
+        """Set the session's metadata in the wrapped store, in clear: listing by it needs it readable."""
+        self.inner.set_metadata(session_id, metadata)
+
     def delete(self, session_id: str) -> bool:
         """Remove the session whole; ``True`` if it existed."""
         deleted: bool = self.inner.delete(session_id)
@@ -331,6 +339,23 @@ class _Everything(EncryptedStore):
     def close(self) -> None:
         """Close the wrapped store."""
         self.inner.close()
+
+    def wait(self, claim: Claim, approvals: Sequence[Approval]) -> None:
+        """Release the session waiting for ``approvals``, their inputs stored encrypted."""
+        calls = check_wait(claim, approvals)
+        self.inner.wait(claim, approval_crypto.sealed(self._sealer, claim.session_id, calls))
+
+    def approvals(self, session_id: str) -> list[Approval]:
+        """The calls of the session's latest wait, their inputs and reasons decrypted."""
+        stored = self.inner.approvals(check_session_id(session_id))
+        return approval_crypto.opened(self._sealer, session_id, stored)
+
+    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
+        """Record ``decisions`` (the wrapped store's ``decide``), each reason stored encrypted."""
+        checked = check_decisions(decisions)
+        sealed = approval_crypto.sealed_decisions(self._sealer, check_session_id(session_id), checked)
+        state: RunState = self.inner.decide(session_id, sealed)
+        return state
 
 
 @functools.cache

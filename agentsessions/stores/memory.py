@@ -9,12 +9,14 @@ from __future__ import annotations
 import datetime
 import itertools
 import threading
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 import attrs
 
+from agentsessions.approvals import Approval, Decision, check_decisions, decided, pending_count, pending_error
 from agentsessions.errors import ConflictError
 from agentsessions.messages import Message, check_transcript, transcript_list
+from agentsessions.metadata import check_metadata, metadata_filter
 from agentsessions.runs import (
     Claim,
     Progress,
@@ -31,6 +33,7 @@ from agentsessions.runs import (
 )
 from agentsessions.session import check_fork_at, check_session_id
 from agentsessions.stores.kit import arguments, steerkeys
+from agentsessions.stores.kit.approvals import check_wait
 
 __all__ = ["MemoryStore"]
 
@@ -49,6 +52,8 @@ class _Entry:
     lease: float = 0.0
     lease_expires_at: datetime.datetime | None = None
     cancel_requested: bool = False
+    approvals: tuple[Approval, ...] = ()  # the latest wait's calls, kept after it ended
+    metadata: dict[str, str] = attrs.Factory(dict)  # replaced whole, never changed in place
 
     def state(self, now: datetime.datetime) -> RunState:
         return derive_state(self.run_state, self.lease_expires_at, now)
@@ -63,6 +68,8 @@ class _Entry:
             self.lease_expires_at,
             len(self.steers),
             self.cancel_requested,
+            pending_count(self.approvals) if self.run_state is RunState.WAITING else 0,
+            metadata=self.metadata,
         )
 
     def holds(self, claim: Claim) -> bool:
@@ -148,20 +155,37 @@ class MemoryStore:
         with entry.lock:
             return entry.info(session_id, utcnow())
 
-    def sessions(
-        self, *, state: RunState | Collection[RunState] | None = None, updated_before: datetime.datetime | None = None
-    ) -> Iterator[SessionInfo]:
-        """Every session, newest update first (never saved last), each exactly once."""
-        states, before = state_filter(state), check_updated_before(updated_before)
-        return self._listing(states, before)
+    def set_metadata(self, session_id: str, metadata: Mapping[str, str]) -> None:
+        """Make ``metadata`` the session's whole metadata; makes the record if there is none."""
+        check_session_id(session_id)
+        checked = check_metadata(metadata)
+        entry = self._locked(session_id)
+        try:
+            entry.metadata = checked
+        finally:
+            entry.lock.release()
 
-    def _listing(self, states: frozenset[RunState] | None, before: datetime.datetime | None) -> Iterator[SessionInfo]:
+    def sessions(
+        self,
+        *,
+        state: RunState | Collection[RunState] | None = None,
+        updated_before: datetime.datetime | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Iterator[SessionInfo]:
+        """Every session (holding each pair of ``metadata``), newest update first (never saved last), each once."""
+        states, before, pairs = state_filter(state), check_updated_before(updated_before), metadata_filter(metadata)
+        return self._listing(states, before, pairs)
+
+    def _listing(
+        self, states: frozenset[RunState] | None, before: datetime.datetime | None, pairs: dict[str, str] | None
+    ) -> Iterator[SessionInfo]:
         # A generator: the sessions are read at the first next(), as a paging store reads its first page.
         infos = [
             info
             for info in map(self.info, list(self._sessions))
             if (states is None or info.state in states)
             and (before is None or (info.updated_at is not None and info.updated_at < before))
+            and (pairs is None or pairs.items() <= info.metadata.items())
         ]
         never = datetime.datetime.min.replace(tzinfo=datetime.UTC)
         infos.sort(key=lambda info: (info.updated_at or never, info.id), reverse=True)
@@ -207,6 +231,8 @@ class MemoryStore:
             state = entry.state(now)
             if state is RunState.RUNNING:
                 raise busy(session_id, entry.holder, entry.lease_expires_at)
+            if entry.run_state is RunState.WAITING and pending_count(entry.approvals):
+                raise pending_error(session_id, pending_count(entry.approvals))
             claim = Claim(session_id, next(self._tokens), replica, lease, took_over=state is RunState.STALLED)
             entry.run_state, entry.token, entry.holder, entry.lease = RunState.RUNNING, claim.token, replica, lease
             entry.lease_expires_at, entry.cancel_requested = now + datetime.timedelta(seconds=lease), False
@@ -269,6 +295,38 @@ class MemoryStore:
                 if entry.cancel_requested:
                     cancelling.add(claim)
         return Renewal(frozenset(lost), frozenset(cancelling))
+
+    # --- Approvals --------------------------------------------------------------------------
+
+    def wait(self, claim: Claim, approvals: Sequence[Approval]) -> None:
+        """Release the session held by ``claim`` as ``WAITING`` for ``approvals``."""
+        calls = check_wait(claim, approvals)
+        entry = self._sessions.get(claim.session_id)
+        if entry is None:
+            raise superseded(claim)
+        with entry.lock:
+            if self._sessions.get(claim.session_id) is not entry or not entry.holds(claim):
+                raise superseded(claim)
+            entry.run_state, entry.cancel_requested, entry.approvals = RunState.WAITING, False, calls
+
+    def approvals(self, session_id: str) -> list[Approval]:
+        """The calls of the session's latest wait, decided or not."""
+        entry = self._sessions.get(check_session_id(session_id))
+        return list(entry.approvals) if entry is not None else []
+
+    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
+        """Record ``decisions`` on the waiting calls, all or none; the state after."""
+        decisions = check_decisions(decisions)
+        entry = self._locked(check_session_id(session_id))
+        try:
+            now = utcnow()
+            waiting = entry.run_state is RunState.WAITING
+            after = decided(session_id, waiting, entry.approvals, decisions, now)
+            if after is not None:
+                entry.approvals = tuple(after)
+            return entry.state(now)
+        finally:
+            entry.lock.release()
 
     @staticmethod
     def _snapshot(entry: _Entry | None, messages: Sequence[Message]) -> tuple[Message, ...]:

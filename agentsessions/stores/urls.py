@@ -9,7 +9,8 @@ URLs it opens:
   ``create=True`` (then it is made, with its tables).
 - ``postgresql://user:password@host:5432/db`` (or ``postgres://``; any libpq URI parameter,
   e.g. ``?options=-csearch_path%3Dmyschema``): a pool of ``connections`` connections.
-- ``mysql://user:password@host:3306/db``: a new PyMySQL connection per call.
+- ``mysql://user:password@host:3306/db``: a DBUtils pool keeping up to ``connections`` PyMySQL
+  connections (see ``stores/mysql/_pool.py``).
 - ``mongodb://user:password@host:27017/db`` (or ``mongodb+srv://``): the database is the path.
 - ``redis://user:password@host:6379/0`` (or ``rediss://`` for TLS, ``unix:///path?db=0``; any
   redis-py URL parameter), with ``prefix=`` in the query for the store's key prefix
@@ -121,8 +122,9 @@ def from_url(url: str, *, create: bool = False, connections: int = 2) -> Abstrac
     """The store ``url`` names, as a context manager that opens its connections and closes them.
 
     ``create``: a SQLite file that does not exist is made. ``connections``: the most
-    connections a PostgreSQL or Redis store keeps open (a run, a heartbeat and a listing
-    each use one at a time).
+    connections a PostgreSQL, MySQL or Redis store keeps open (a run, a heartbeat and a
+    listing each use one at a time; a MySQL store opens more while all are busy, and closes
+    them after).
     """
     if isinstance(connections, bool) or not isinstance(connections, int) or connections < 1:
         raise ValueError(f"connections is a number above 0, got {connections!r:.80}")
@@ -137,7 +139,7 @@ def open_url(url: StoreURL, *, create: bool = False, connections: int = 2) -> It
         "sqlite": functools.partial(_sqlite, create=create),
         "postgresql": functools.partial(_postgres, connections=connections),
         "postgres": functools.partial(_postgres, connections=connections),
-        "mysql": _mysql,
+        "mysql": functools.partial(_mysql, connections=connections),
         "mongodb": _mongodb,
         "mongodb+srv": _mongodb,
         "redis": functools.partial(_redis, connections=connections),
@@ -208,10 +210,10 @@ def _postgres(url: StoreURL, _: SplitResult, *, connections: int) -> Iterator[Ru
         raise ValueError(f"cannot read the store URL {url.shown}: {error}") from None
     except psycopg.Error as error:
         raise StoreError(f"cannot connect to {url.shown}: {error}") from None
-    # The store's bounded check when this version has it; the pool's own otherwise.
-    check = getattr(postgres, "check_connection", ConnectionPool.check_connection)
+    # No check: the store finds a connection the server dropped without a round trip (see
+    # postgres/_borrow.py), and a check would cost one on every call.
     pool: ConnectionPool[Any] = ConnectionPool(
-        url.raw, kwargs=options, min_size=1, max_size=connections, check=check, open=False, name="agentsessions"
+        url.raw, kwargs=options, min_size=1, max_size=connections, open=False, name="agentsessions"
     )
     try:
         try:
@@ -225,19 +227,18 @@ def _postgres(url: StoreURL, _: SplitResult, *, connections: int) -> Iterator[Ru
 
 
 @contextlib.contextmanager
-def _mysql(url: StoreURL, parts: SplitResult) -> Iterator[RunStore]:
+def _mysql(url: StoreURL, parts: SplitResult, *, connections: int) -> Iterator[RunStore]:
     try:
-        import pymysql
-
         from agentsessions.stores import mysql
+        from agentsessions.stores.mysql._pool import pool
     except ImportError:
         _driver("mysql")
     database = unquote(parts.path.lstrip("/"))
     if not database or "/" in database or parts.query or parts.fragment:
         raise ValueError(f"a MySQL URL is mysql://user:password@host:port/database, got {url.shown}")
-    # A new connection per call, each with the timeouts the store asks for.
-    connect = functools.partial(
-        pymysql.connect,
+    # Pooled connections, each with the timeouts the store asks for.
+    pooled = pool(
+        connections,
         host=parts.hostname or "localhost",
         port=parts.port or 3306,
         user=unquote(parts.username) if parts.username is not None else None,
@@ -248,7 +249,10 @@ def _mysql(url: StoreURL, parts: SplitResult) -> Iterator[RunStore]:
         write_timeout=30,
         init_command="SET SESSION innodb_lock_wait_timeout = 10",
     )
-    yield mysql.MySQLStore(connect)
+    try:
+        yield mysql.MySQLStore(pooled.connection)
+    finally:
+        pooled.close()
 
 
 @contextlib.contextmanager

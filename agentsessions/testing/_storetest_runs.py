@@ -33,6 +33,7 @@ from agentsessions.testing._storetest_support import (
     next_transcript,
     race_release,
     race_steady_release,
+    race_takeover,
     short,
     show_id,
     wait_until,
@@ -439,7 +440,10 @@ def _check_renewals(store: RunStore, replica: RunStore, session_id: str, lease: 
 
 
 def _check_took_over(context: Context) -> None:
-    """A first claim and one after a release say ``took_over=False``; one of a STALLED session, ``True``."""
+    """A first claim and one after a release say ``took_over=False``; one of a STALLED session, ``True``.
+
+    Four claims racing for a STALLED session: one wins, and it is the one that says so.
+    """
     store, replica = context.runs
     lease = _short_lease(store, context)
     context.examples += 1
@@ -455,7 +459,11 @@ def _check_took_over(context: Context) -> None:
         again = store.claim(session_id, replica=REPLICAS[0], lease=LONG_LEASE)
         check_equal(again.took_over, False, "Claim.took_over of a claim after a release")
         _release(store, again)
-    _delete(store, fresh, saved)
+    raced = context.new_id("raced for")
+    store.claim(raced, replica=REPLICAS[0], lease=lease)
+    _wait_stalled(replica, raced, lease)
+    _release(store, race_takeover(context.runs, raced, 4, LONG_LEASE))
+    _delete(store, fresh, saved, raced)
 
 
 # --- Listing ---------------------------------------------------------------------------------------
@@ -562,6 +570,9 @@ def _check_listing_arguments(store: RunStore) -> None:
     for kind, call, what in bad:
         check_raises(kind, call, f"{what}, before its first next()")
 
+
+listed_ids = _listed
+"""The sessions a listing gave whose ids start with a prefix, its order and uniqueness checked."""
 
 RUN_CHECKS: dict[str, Callable[[Context], None]] = {
     DELETE: _check_delete,

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, Phase
 from hypothesis import strategies as st
 from hypothesis.errors import Flaky
 
+from agentsessions.errors import SessionBusyError
 from agentsessions.messages import Content, ContentType, Message, Role
 from agentsessions.runs import Claim, RunState, Steer
 from agentsessions.session import RunStore, Store
@@ -452,6 +453,26 @@ def race_release(stores: tuple[RunStore, RunStore], claim: Claim, per_adder: int
     _check_released(states, taken, left)
     want = [Message.user(text) for text in taken]
     check_equal(stores[1].messages(session_id), want, "messages() after the run released, unless steered")
+
+
+def race_takeover(stores: tuple[RunStore, RunStore], session_id: str, takers: int, lease: float) -> Claim:
+    """``takers`` threads claim one STALLED session at once: exactly one wins, and its claim says it took over."""
+    won: list[Claim] = []
+    lock = threading.Lock()
+
+    def take(t: int) -> None:
+        try:
+            claim = stores[t % 2].claim(session_id, replica=f"taker-{t}", lease=lease)
+        except SessionBusyError:
+            return
+        with lock:
+            won.append(claim)
+
+    run_threads([functools.partial(take, t) for t in range(takers)])
+    if len(won) != 1:
+        raise AssertionError(f"{len(won)} of {takers} claims racing for a STALLED session won, not one")
+    check_equal(won[0].took_over, True, "Claim.took_over of the claim that won a race for a STALLED session")
+    return won[0]
 
 
 def race_steady_release(stores: tuple[RunStore, RunStore], claim: Claim, releases: int) -> None:

@@ -47,11 +47,14 @@ from hypothesis import Phase, example, given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
+from agentsessions.approvals import ApprovalStore
 from agentsessions.messages import Content, Message, Role
-from agentsessions.session import MAX_SESSION_ID, ForkStore, RunStore, Store, keeps_steer_keys
+from agentsessions.session import MAX_SESSION_ID, ForkStore, MetadataStore, RunStore, Store, keeps_steer_keys
+from agentsessions.testing._storetest_approvals import APPROVAL_CHECKS, APPROVAL_PROPERTIES
 from agentsessions.testing._storetest_arguments import ARGUMENTS
 from agentsessions.testing._storetest_fork import FORK, FORK_CHECKS
 from agentsessions.testing._storetest_keys import KEY_CHECKS, KEYS
+from agentsessions.testing._storetest_metadata import METADATA, METADATA_CHECKS
 from agentsessions.testing._storetest_runs import RUN_CHECKS, RUN_PROPERTIES
 from agentsessions.testing._storetest_support import (
     CONTENT,
@@ -74,7 +77,19 @@ from agentsessions.testing._storetest_support import (
     transcripts,
 )
 
-__all__ = ["ARGUMENTS", "FORK", "KEYS", "PROPERTIES", "RUN_PROPERTIES", "Report", "check", "properties", "run"]
+__all__ = [
+    "APPROVAL_PROPERTIES",
+    "ARGUMENTS",
+    "FORK",
+    "KEYS",
+    "METADATA",
+    "PROPERTIES",
+    "RUN_PROPERTIES",
+    "Report",
+    "check",
+    "properties",
+    "run",
+]
 
 MODEL = "the store agrees with a dict model"
 VERBATIM = "strings are kept verbatim"
@@ -93,6 +108,8 @@ PROPERTIES: tuple[str, ...] = (
     *RUN_PROPERTIES,
     KEYS,
     FORK,
+    *APPROVAL_PROPERTIES,
+    METADATA,
 )
 """The names of the properties :func:`run` checks, in the order it checks them."""
 
@@ -115,7 +132,8 @@ class Report:
     those of :data:`RUN_PROPERTIES` for a store that is not a
     :class:`~agentsessions.session.RunStore`, the fork property for one that is not a
     :class:`~agentsessions.session.ForkStore`, the steer-key property for one whose
-    ``add_steer`` takes no ``key`` (:func:`~agentsessions.session.keeps_steer_keys`).
+    ``add_steer`` takes no ``key`` (:func:`~agentsessions.session.keeps_steer_keys`), the
+    metadata property for one that is not a :class:`~agentsessions.session.MetadataStore`.
     """
 
     examples: Mapping[str, int] = attrs.field(converter=_read_only)
@@ -187,6 +205,8 @@ def _check(names: Sequence[str], factory: Callable[[], Store], max_examples: int
             (name in RUN_PROPERTIES and not isinstance(context.store, RunStore))
             or (name == FORK and not isinstance(context.store, ForkStore))
             or (name == KEYS and not keeps_steer_keys(context.store))
+            or (name in APPROVAL_PROPERTIES and not isinstance(context.store, ApprovalStore))
+            or (name == METADATA and not isinstance(context.store, MetadataStore))
         ):
             skipped.append(name)
             continue
@@ -620,6 +640,8 @@ _CHECKS: dict[str, Callable[[Context], None]] = {
     **RUN_CHECKS,
     **FORK_CHECKS,
     **KEY_CHECKS,
+    **APPROVAL_CHECKS,
+    **METADATA_CHECKS,
     MODEL: _check_model,
     VERBATIM: _check_verbatim,
     ISOLATED: _check_ids,

@@ -124,7 +124,6 @@ def postgres_store(dsn: str, schema: str, *, migrate: bool) -> Iterator[agent.Ru
     """A PostgreSQL store over a pool of this process's own, in ``schema``."""
     pool: ConnectionPool[Any] = ConnectionPool(
         dsn,
-        check=postgres.check_connection,
         kwargs={"options": f"-c search_path={schema}", "connect_timeout": 5},
         min_size=1,
         max_size=10,

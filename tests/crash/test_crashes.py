@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.approval_crashes import approval_kill_trials
 from tests.support.backends import Opener
 from tests.support.crashes import journal_trials, kill_trials, same_session_trials
 from tests.support.sending import send_trials
@@ -51,3 +52,11 @@ def test_a_text_send_acknowledged_is_answered_once_though_its_sender_is_killed(o
     assert tally.broken == [], f"seed {SEED}: {tally.broken}"
     assert (tally.trials, tally.lost, tally.doubled) == (TRIALS, 0, 0)
     assert tally.answered_once == tally.acknowledged > 0
+
+
+def test_an_approved_call_killed_inside_its_tool_runs_at_most_once(opener: Opener, tmp_path: Path) -> None:
+    print(f"\nseed {SEED}")
+    tally = approval_kill_trials(opener, TRIALS, SEED, str(tmp_path))
+    print(tally)
+    assert tally.trials == TRIALS and tally.doubled == 0, f"seed {SEED}: {tally}"
+    assert tally.ran_once + tally.in_doubt == TRIALS, f"seed {SEED}: {tally}"

@@ -168,13 +168,36 @@ def test_a_steer_the_command_left_on_an_ended_session_is_answered_by_the_resumer
         assert done.returncode == 0, done.stderr
         lines = done.stdout.splitlines()
         assert [line.split(":")[0] for line in lines[:-1]] == ["resumed steered"], lines
-        assert lines[-1] == "0 stalled sessions found; 1 ended with steers waiting"
+        assert lines[-1] == "0 stalled sessions found; 1 ended with steers waiting; 0 waits for approval decided"
         info = store.info("steered")
         assert (info.state, info.pending_steers) == (agent.RunState.FINISHED, 0)
         after = store.messages("steered")
         assert after[4].text == "and order 6?"  # the question, the call, its result, the answer, then the steer
         assert after[-1].text == "Here is what I found: order 6: shipped on 3 March, parcel 7731"
         assert store.info("quiet").length == 4  # ended with nothing waiting: left alone
+
+
+def test_a_wait_for_approval_is_resumed_once_decided_and_left_while_undecided(
+    place: tuple[Opener, list[str]],
+) -> None:
+    opener, where = place
+    resumer = example()
+    with opener() as store:
+        for sid in ("approved", "undecided"):
+            spec, model = resumer.service_agent(agent.open(sid, store))
+            waited = agent.Runner(replica="web-1").run(spec, [agent.Message.user(f"cancel order {sid[0]}1")], model)
+            assert waited.stop_reason == agent.StopReason.APPROVAL_REQUIRED
+        assert agent.open("approved", store).approve("call-cancel_order", by="ops") is agent.RunState.WAITING
+
+        done = subprocess.run([sys.executable, str(EXAMPLE), *where], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert [line.split(":")[0] for line in lines[:-1]] == ["resumed approved"], lines
+        assert lines[-1] == "0 stalled sessions found; 0 ended with steers waiting; 1 waits for approval decided"
+        assert store.info("approved").state is agent.RunState.FINISHED
+        assert store.messages("approved")[-1].text == "Here is what I found: order 1: cancelled, refund on its way"
+        info = store.info("undecided")
+        assert (info.state, info.pending_approvals) == (agent.RunState.WAITING, 1)
 
 
 def test_a_session_taken_since_the_listing_is_skipped_and_reported() -> None:

@@ -1,8 +1,9 @@
 """Every test under tests/sdk runs once per agentsessions store, and the SDKs' async tests run on asyncio.
 
 The vendored files construct the SDK's own session class through a shim (``adapter.py`` in
-each folder) that builds ours over the store this module's fixture made for the test. The
-server stores get one scratch place per module and store, emptied before each test.
+each folder) that builds ours over the store this module's fixture made for the test
+(``tests.support.sdk_suites.current_store``). The server stores get one scratch place per
+module and store, emptied before each test.
 """
 
 from __future__ import annotations
@@ -19,16 +20,9 @@ import pytest
 import agentsessions as agent
 from agentsessions.stores.memory import MemoryStore
 from tests.support.backends import PERSISTENT, scratch_opener, store_params
+from tests.support.sdk_suites import serving
 
 STORES = ("memory", *PERSISTENT)
-
-_current: list[agent.RunStore] = []
-
-
-def current_store() -> agent.RunStore:
-    """The store the running test was given (the shims build the SDKs' sessions over it)."""
-    assert _current, "no agentsessions store: the store fixture of tests/sdk/conftest.py did not run"
-    return _current[0]
 
 
 @pytest.fixture(scope="module", params=store_params(*STORES))
@@ -51,11 +45,8 @@ def agentsessions_store(agentsessions_place: Any) -> Iterator[agent.RunStore]:
             store = stack.enter_context(agentsessions_place())
             for info in list(store.sessions()):
                 store.delete(info.id)
-        _current[:] = [store]
-        try:
+        with serving(store):
             yield store
-        finally:
-            _current.clear()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -82,15 +73,3 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     arguments = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
     asyncio.run(pyfuncitem.obj(**arguments))
     return True
-
-
-def deselect(items: list[pytest.Item], config: pytest.Config, folder: Path, reasons: dict[str, str]) -> None:
-    """Leave out the named tests of ``folder`` (each test's name without its parameters), reported as deselected."""
-    left: list[pytest.Item] = []
-    out: list[pytest.Item] = []
-    for item in items:
-        name = item.originalname if isinstance(item, pytest.Function) else item.name
-        (out if item.path.parent == folder and name in reasons else left).append(item)
-    if out:
-        config.hook.pytest_deselected(items=out)
-        items[:] = left

@@ -34,6 +34,7 @@ import agentsessions as agent
 from agentsessions.codec import encode_text
 from agentsessions.runs import Claim, Renewal
 from agentsessions.stores import mysql
+from agentsessions.stores.mysql._pool import pool as mysql_pool
 from agentsessions.stores.urls import from_url
 from agentsessions.testing import storetest
 from tests.support.crossprocess import check_steers_across_processes
@@ -179,10 +180,12 @@ def test_a_database_made_before_schema_versions_is_refused_by_name_until_migrate
         conn.commit()
         conn.close()
         store = mysql.MySQLStore(functools.partial(connect, old))
-        with pytest.raises(agent.SchemaMissingError, match=r"version 1 .* version 2; run: agentsessions migrate"):
+        with pytest.raises(
+            agent.SchemaMissingError, match=rf"version 1 .* version {mysql.SCHEMA_VERSION}; run: agentsessions migrate"
+        ):
             store.add_steer("s", "keyed", key="request-1")
         applied = store.migrator().apply(wait=30)
-        assert [step.version for step in applied.steps] == [mysql.SCHEMA_VERSION]
+        assert [step.version for step in applied.steps] == list(range(2, mysql.SCHEMA_VERSION + 1))
         store = mysql.MySQLStore(functools.partial(connect, old))  # a new object reads the version again
         for _ in range(2):
             assert store.add_steer("s", "keyed", key="request-1") is agent.RunState.IDLE
@@ -206,7 +209,7 @@ def test_the_repr_names_the_server_and_never_the_password(database: str) -> None
     assert repr(mysql.MySQLStore(partial)) == "MySQLStore('db.example:3307/app')"
     pool = PooledDB(pymysql, mincached=0, host=MYSQL_HOST, user="app", password=secret, database=database)
     try:
-        assert repr(mysql.MySQLStore(pool.connection)) == "MySQLStore(<PooledDB.connection>)"
+        assert repr(mysql.MySQLStore(pool.connection)) == f"MySQLStore('{MYSQL_HOST}:3306/{database}')"
     finally:
         pool.close()
     with from_url(f"mysql://app:{secret}@127.0.0.1:3306/{database}") as store:  # what the docs and the CLI use
@@ -779,3 +782,124 @@ def test_a_message_over_max_allowed_packet_says_so_and_the_next_call_works(store
             call()
         assert "for session 'huge'" in str(caught.value)
         assert store.info("huge").length == 0 and store.peek_steers("huge") == []  # next call works; nothing kept
+
+
+# --- Stalls at each stage of a call, and dropped connections (issue 32 item 4, issue 33 item 3) ---
+
+# How many read_timeouts a call may take when the server stops answering, at any stage: one
+# over a new connection per call, two over the documented pool (the statement's read, then
+# the one reconnect DBUtils tries). docs/stores/postgresql-mysql.md gives these figures.
+BOUND = {"partial": 1, "pool": 2}
+STALL_SLACK = 0.5  # scheduling on a loaded machine, not part of the bound under test
+
+
+def _documented_connect(through: str, database: str, port: int) -> tuple[Callable[[], Any], Callable[[], None]]:
+    """``connect`` for the store as the docs set it up, through ``port``, and what closes it."""
+    settings = _server(database, **_TIMEOUTS, host="127.0.0.1", port=port)
+    if through == "partial":
+        return functools.partial(pymysql.connect, **settings), lambda: None
+    pooled = mysql_pool(4, **settings)
+    return pooled.connection, pooled.close
+
+
+@pytest.mark.parametrize("through", ["partial", "pool"])
+@pytest.mark.parametrize("stage", ["checkout", "statement", "commit"])
+def test_a_stall_at_any_stage_of_a_call_ends_it_within_the_documented_multiple_of_read_timeout(
+    proxy: Proxy, database: str, through: str, stage: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    documented, close = _documented_connect(through, database, proxy.port)
+    stall_next = threading.Event()
+
+    def connect() -> Any:
+        conn = documented()
+        if stall_next.is_set():  # the server goes quiet once the call holds its connection
+            stall_next.clear()
+            proxy.stall()
+        return conn
+
+    store, session_id = mysql.MySQLStore(connect), f"stall-{stage}-{through}"
+    store.save(session_id, numbered_transcript(2))
+    if stage == "checkout":  # a new connection's greeting, or the pooled one's first statement
+        proxy.stall()
+    elif stage == "statement":
+        stall_next.set()
+    else:
+        commit = pymysql.connections.Connection.commit
+
+        def stall_then_commit(conn: Any) -> None:
+            proxy.stall()
+            commit(conn)
+
+        monkeypatch.setattr(pymysql.connections.Connection, "commit", stall_then_commit)
+    try:
+        started = time.monotonic()
+        with pytest.raises(agent.StoreError) as caught:
+            store.save(session_id, numbered_transcript(3))
+        elapsed = time.monotonic() - started
+        monkeypatch.undo()
+        assert f"at 127.0.0.1:{proxy.port}" in str(caught.value), caught.value
+        print(through, stage, f"{elapsed:.2f} s for a read_timeout of {TIMEOUT:g} s")
+        assert TIMEOUT * 0.99 <= elapsed <= BOUND[through] * TIMEOUT + STALL_SLACK, (through, stage, elapsed)
+        proxy.resume()
+        proxy.drop()  # the stalled connections end, as the kernel's keepalives would end them
+        assert store.messages(session_id) == numbered_transcript(2)  # nothing was saved; the next call works
+    finally:
+        close()
+
+
+def _thread_ids(pool: PooledDB, count: int) -> set[int]:
+    """The server thread ids of ``count`` connections of the pool, borrowed at once so each is seen, then given back."""
+    held = [pool.connection() for _ in range(count)]
+    try:
+        return {_query(conn, "SELECT CONNECTION_ID()")[0][0] for conn in held}
+    finally:
+        for conn in held:
+            conn.close()
+
+
+@pytest.mark.parametrize("how", ["KILL", "restart"])
+def test_connections_dropped_while_pooled_are_replaced_and_no_call_fails(
+    proxy: Proxy, admin: Any, database: str, how: str
+) -> None:
+    pooled = mysql_pool(2, **_server(database, **_TIMEOUTS, host="127.0.0.1", port=proxy.port))
+    try:
+        store, session_id = mysql.MySQLStore(pooled.connection), f"dropped-{how}"
+        store.save(session_id, numbered_transcript(2))
+        ids = _thread_ids(pooled, 2)
+        if how == "KILL":
+            for thread_id in ids:
+                _query(admin, f"KILL {int(thread_id)}")
+        else:
+            proxy.drop()  # what a server restart does to its clients: every connection cut
+        # Every call, writes too, on connections the server dropped while they sat in the pool.
+        assert store.messages(session_id) == numbered_transcript(2)
+        claim = store.claim(session_id, replica="r", lease=30)
+        store.save_run(claim, numbered_transcript(3))
+        assert store.info(session_id).length == 3
+        assert not _thread_ids(pooled, 2) & ids
+    finally:
+        pooled.close()
+
+
+@pytest.mark.parametrize("setup", ["documented", "DBUtils' defaults"])
+def test_the_documented_pool_lends_and_takes_back_a_connection_without_a_round_trip(database: str, setup: str) -> None:
+    settings = _server(database)
+    pooled = mysql_pool(1, **settings) if setup == "documented" else PooledDB(pymysql, maxcached=1, **settings)
+    try:
+        store = mysql.MySQLStore(pooled.connection)
+        store.info("pinged")  # the pool's one connection, made
+        kinds = ("Com_admin_commands", "Com_rollback", "Com_select")  # a ping is an admin command
+        before = _counts_through(pooled, kinds)
+        for _ in range(5):
+            store.info("pinged")
+        after = _counts_through(pooled, kinds)
+        extra = 5 if setup != "documented" else 0  # a ping when lent, a ROLLBACK when given back
+        counted = {kind: after[kind] - before[kind] for kind in kinds}
+        # _counts_through's own borrowing is counted too: one more ping and ROLLBACK with the defaults.
+        assert counted == {
+            "Com_admin_commands": extra + extra // 5,
+            "Com_rollback": extra + extra // 5,
+            "Com_select": 5,
+        }
+    finally:
+        pooled.close()

@@ -19,6 +19,7 @@ import itertools
 import os
 import re
 import secrets
+import select
 import signal
 import subprocess
 import sys
@@ -37,7 +38,9 @@ from agentsessions.codec import encode_text
 from agentsessions.runs import Renewal
 from agentsessions.stores import postgres
 from agentsessions.testing import storetest
+from tests.support.backends import postgres_url
 from tests.support.crossprocess import check_steers_across_processes
+from tests.support.proxy import Proxy, proxied
 from tests.support.replicas import check_replicas_notice_each_other, numbered_transcript
 from tests.support.servers import POSTGRES_DSN, require_server
 from tests.support.waiting import wait_for
@@ -55,9 +58,14 @@ def _admin() -> Any:
 
 
 def make_pool(
-    schema: str, max_size: int = 10, check: Callable[[Any], None] = postgres.check_connection, **settings: Any
+    schema: str,
+    max_size: int = 10,
+    check: Callable[[Any], None] | None = None,
+    min_size: int = 1,
+    dsn: str = POSTGRES_DSN,
+    **settings: Any,
 ) -> Pool:
-    """A pool whose connections work in ``schema``, set up as the store's docstring asks."""
+    """A pool whose connections work in ``schema``, set up as the store's docstring asks (no ``check``)."""
     kwargs = {
         "options": f"-c search_path={schema}",
         "connect_timeout": 5,
@@ -68,9 +76,9 @@ def make_pool(
         **settings,
     }
     return ConnectionPool(
-        POSTGRES_DSN,
+        dsn,
         kwargs=kwargs,
-        min_size=1,
+        min_size=min_size,
         max_size=max_size,
         check=check,
         open=True,
@@ -362,11 +370,11 @@ def test_renewing_a_thousand_claims_is_one_statement_in_one_round_trip(schema: s
         messages = _traced(pool, lambda: renewal.append(store.renew([*claims, lost])))
         assert renewal == [Renewal(frozenset({lost}), frozenset({claims[7]}))]
         statements = [m[3] for m in messages if m[0] == "F" and m[2] in {"Parse", "Query"}]
-        assert statements[0] == ' ""'  # the pool's check (postgres.check_connection): an empty query
+        assert "BEGIN" in statements[0]  # no check before it: borrowing a connection sends nothing
         touching = [s for s in statements if "agentsessions_" in s]
         assert len(touching) == 1 and re.match(r' "" "\s*UPDATE agentsessions_sessions .* unnest', touching[0], re.S)
         assert [m[2] for m in messages if m[0] == "F"].count("Execute") == 4  # BEGIN, limits, UPDATE, COMMIT
-        assert _round_trips(messages) == 2  # the pool's check, then the whole transaction
+        assert _round_trips(messages) == 1  # the whole transaction: borrowing the connection sends nothing
         after = {c.session_id: store.info(c.session_id).lease_expires_at for c in claims[:3]}
         assert all(after[i] > before[i] for i in before)  # type: ignore[operator]
 
@@ -378,7 +386,7 @@ def test_renewing_one_claim_is_one_round_trip(schema: str) -> None:
         renewal: list[Renewal] = []
         messages = _traced(pool, lambda: renewal.append(store.renew([claim])))
         assert renewal == [Renewal()]
-        assert _round_trips(messages) == 2  # the pool's check, then the whole transaction
+        assert _round_trips(messages) == 1  # the whole transaction: borrowing the connection sends nothing
         store.cancel("renew-one")
         assert store.renew([claim]) == Renewal(frozenset(), frozenset({claim}))
         store.save_run(claim, [], end=agent.RunState.FINISHED)
@@ -390,15 +398,15 @@ def test_a_save_of_what_the_store_saw_last_is_one_round_trip_and_after_another_w
         store, other = postgres.PostgresStore(pool), postgres.PostgresStore(pool)
         store.save("save-traced", numbered_transcript(20))
         messages = _traced(pool, lambda: store.save("save-traced", numbered_transcript(21)))
-        assert _round_trips(messages) == 2  # the pool's check, then the whole transaction
+        assert _round_trips(messages) == 1  # the whole transaction: borrowing the connection sends nothing
         messages = _traced(pool, lambda: store.save("save-traced", numbered_transcript(15)))
-        assert _round_trips(messages) == 2  # a shorter transcript too
+        assert _round_trips(messages) == 1  # a shorter transcript too
         assert other.messages("save-traced") == numbered_transcript(15)
         other.save("save-traced", numbered_transcript(5, tag="other"))
         # The first transaction finds another revision and writes nothing; the second, as for a
         # session this store never saw, locks and reads the record, then writes every row.
         messages = _traced(pool, lambda: store.save("save-traced", numbered_transcript(22)))
-        assert _round_trips(messages) == 4
+        assert _round_trips(messages) == 3
         assert other.messages("save-traced") == numbered_transcript(22)
         assert other.delete("save-traced")
         store.save("save-traced", numbered_transcript(23))  # the record it knew is gone: made anew
@@ -532,7 +540,7 @@ def test_a_fork_is_one_statement_in_one_round_trip_and_no_message_leaves_the_ser
         statements = [m[3] for m in messages if m[0] == "F" and m[2] in {"Parse", "Query"}]
         touching = [s for s in statements if "agentsessions_" in s]
         assert len(touching) == 1 and re.match(r' "" "\s*WITH source AS', touching[0])
-        assert _round_trips(messages) == 2  # the pool's check, then the whole transaction
+        assert _round_trips(messages) == 1  # the whole transaction: borrowing the connection sends nothing
         rows = [m for m in messages if m[0] == "B" and m[2] == "DataRow"]
         assert len(rows) == 2  # the limits and the one row of lengths: no message came to Python
         assert store.messages("fork-traced-60") == numbered_transcript(60)
@@ -589,7 +597,8 @@ def test_a_pooled_connection_that_stopped_answering_is_dropped_by_the_check_and_
 
 
 def test_a_check_that_gets_no_answer_ends_within_the_store_timeout(schema: str) -> None:
-    with make_pool(schema, max_size=1) as pool:  # the check's own timeout (5 s) is longer than the store's
+    # The check's own timeout (5 s) is longer than the store's.
+    with make_pool(schema, max_size=1, check=postgres.check_connection) as pool:
         store = postgres.PostgresStore(pool, timeout=1.0)
         store.save("unchecked", numbered_transcript(2))
         pid = _backend_pid(pool)
@@ -603,3 +612,127 @@ def test_a_check_that_gets_no_answer_ends_within_the_store_timeout(schema: str) 
         assert 1.0 <= elapsed < 1.0 + SLACK, elapsed
         assert store.info("unchecked").length == 2  # the pool made a new connection
         assert _backend_pid(pool) != pid
+
+
+# --- Stalls at each stage of a call, and dropped connections (issue 32 item 4, issue 33 item 3) ---
+
+# The bound the store promises: a call ends within its timeout and this much more (docs/stores/postgresql-mysql.md).
+STALL_BOUND = 0.25
+
+
+def _proxied_pool(schema: str, proxy: Proxy, **settings: Any) -> Pool:
+    """The documented pool, two connections, reaching the server through ``proxy``."""
+    dsn = psycopg.conninfo.make_conninfo(POSTGRES_DSN, host="127.0.0.1", port=proxy.port)
+    return make_pool(schema, max_size=2, min_size=2, dsn=dsn, **settings)
+
+
+def _server_address() -> tuple[str, int]:
+    settings = psycopg.conninfo.conninfo_to_dict(POSTGRES_DSN)
+    return str(settings.get("host") or "127.0.0.1"), int(settings.get("port") or 5432)
+
+
+@contextlib.contextmanager
+def _stalled_at(
+    stage: str, store: postgres.PostgresStore, proxy: Proxy, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[[], object]]:
+    """The stall for ``stage`` set up for the block; yields the call that meets it."""
+    if stage == "checkout":
+        # Every pooled connection lent to someone else, and new ones black-holed: the pool has
+        # nothing to lend, and the connection it tries to add gets no answer.
+        with _all_pooled(store.pool):
+            proxy.stall()
+            yield lambda: store.messages("stall")
+        return
+    if stage == "statement":
+        proxy.stall()  # the pooled connections look alive; the first statement gets no answer
+        yield lambda: store.messages("stall")
+        return
+    # commit: a first save reads the record, then writes and commits in a second round trip;
+    # the stall starts between the two, so the COMMIT is what gets no answer.
+    write = postgres._write_messages
+
+    def stall_then_write(*args: Any) -> None:
+        proxy.stall()
+        write(*args)
+
+    monkeypatch.setattr(postgres, "_write_messages", stall_then_write)
+    yield lambda: store.save(f"stall-{secrets.token_hex(4)}", numbered_transcript(2))
+
+
+@pytest.mark.parametrize("stage", ["checkout", "statement", "commit"])
+def test_a_stall_at_any_stage_of_a_call_ends_it_within_the_timeout(
+    schema: str, stage: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with proxied(_server_address()) as proxy, _proxied_pool(schema, proxy) as pool:
+        store = postgres.PostgresStore(pool, timeout=1.0)
+        store.save("stall", numbered_transcript(2))
+        with _stalled_at(stage, store, proxy, monkeypatch) as call:
+            started = time.monotonic()
+            with pytest.raises(agent.StoreError) as caught:
+                call()
+            elapsed = time.monotonic() - started
+        # Not a failure of its own: the call waited for the server (or for a connection) until its time was up.
+        late = "the pool lent no connection within" if stage == "checkout" else "no answer from PostgreSQL within"
+        assert f"{late} the store's timeout of 1 s" in str(caught.value), caught.value
+        assert 1.0 * 0.99 <= elapsed <= 1.0 + STALL_BOUND, (stage, elapsed)
+        # The server answers again; the stalled connections end (as keepalives would end them) and are replaced.
+        proxy.resume()
+        proxy.drop()
+        assert store.messages("stall") == numbered_transcript(2)
+
+
+@contextlib.contextmanager
+def _all_pooled(pool: Pool) -> Iterator[list[Any]]:
+    """Every connection of the pool, borrowed at once (so each is seen) and given back after the block."""
+    held = [pool.getconn(timeout=10) for _ in range(pool.max_size)]
+    try:
+        yield held
+    finally:
+        for conn in held:
+            pool.putconn(conn)
+
+
+def _pooled_pids(pool: Pool) -> set[int]:
+    with _all_pooled(pool) as held:
+        return {conn.info.backend_pid for conn in held}
+
+
+def _wait_until_closed_by_the_server(pool: Pool) -> None:
+    """Until the kernel has every pooled connection's end from the server (loopback delivers it a moment later)."""
+    with _all_pooled(pool) as held:
+        sockets = [conn.fileno() for conn in held]
+        wait_for("the pool's connections to be closed", lambda: len(select.select(sockets, [], [], 0)[0]) == len(held))
+
+
+@pytest.mark.parametrize("how", ["pg_terminate_backend", "restart"])
+def test_connections_dropped_while_pooled_are_replaced_and_no_call_fails(schema: str, admin: Any, how: str) -> None:
+    with proxied(_server_address()) as proxy, _proxied_pool(schema, proxy) as pool:
+        store = postgres.PostgresStore(pool, timeout=5.0)
+        sid = f"dropped-{how}"
+        store.save(sid, numbered_transcript(2))
+        pids = _pooled_pids(pool)
+        assert len(pids) == 2
+        if how == "pg_terminate_backend":
+            for pid in pids:  # waits until each backend is gone, its goodbye sent
+                assert admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,)).fetchone() == (True,)
+        else:
+            proxy.drop()  # what a server restart does to its clients: every connection cut
+        _wait_until_closed_by_the_server(pool)
+        # Each call borrows a dead connection first; the store finds it dead without asking the server.
+        assert store.messages(sid) == numbered_transcript(2)
+        claim = store.claim(sid, replica="r", lease=30)
+        store.save_run(claim, numbered_transcript(3))
+        assert store.messages(sid) == numbered_transcript(3)
+        assert not _pooled_pids(pool) & pids
+
+
+def test_a_store_from_url_survives_its_connections_being_terminated(schema: str, admin: Any) -> None:
+    with agent.stores.from_url(postgres_url(POSTGRES_DSN, schema), connections=2) as store:
+        assert isinstance(store, postgres.PostgresStore) and store.pool._check is None  # no round trip per call
+        store.save("from-url", numbered_transcript(2))
+        pids = _pooled_pids(store.pool)
+        for pid in pids:
+            assert admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,)).fetchone() == (True,)
+        _wait_until_closed_by_the_server(store.pool)
+        assert store.messages("from-url") == numbered_transcript(2)
+        assert not _pooled_pids(store.pool) & pids

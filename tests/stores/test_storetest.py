@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -253,9 +253,13 @@ class PagesOnUpdatedAtOnly(MemoryStore):
     """Lists in pages of 7 after the last ``updated_at`` seen, dropping the rest of a run of ties."""
 
     def sessions(
-        self, *, state: RunState | Collection[RunState] | None = None, updated_before: object = None
+        self,
+        *,
+        state: RunState | Collection[RunState] | None = None,
+        updated_before: object = None,
+        metadata: object = None,
     ) -> Iterator[SessionInfo]:
-        """Check the arguments, then page lazily."""
+        """Check the arguments, then page lazily (by state only: the listing property is the one it breaks)."""
         state_filter(state), check_updated_before(updated_before)
         return self.pages(state, updated_before)
 
@@ -398,6 +402,32 @@ class KeepsKeysAfterDelete(MemoryStore):
         return super().add_steer(session_id, text, key=key)
 
 
+class MergesMetadata(MemoryStore):
+    """Adds the given pairs to what the session held, where set_metadata replaces the whole."""
+
+    def set_metadata(self, session_id: str, metadata: Mapping[str, str]) -> None:
+        """Merge, the mistake."""
+        super().set_metadata(session_id, {**self.info(session_id).metadata, **metadata})
+
+
+class MatchesMetadataByPrefix(MemoryStore):
+    """Lists a session when its value starts with the one asked for, as a LIKE 'v%' would."""
+
+    def sessions(
+        self,
+        *,
+        state: RunState | Collection[RunState] | None = None,
+        updated_before: datetime.datetime | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Iterator[SessionInfo]:
+        """Every session whose values start with the asked ones."""
+        everything = super().sessions(state=state, updated_before=updated_before)
+        asked = dict(metadata or {})
+        return (
+            info for info in everything if all(info.metadata.get(k, "\x00").startswith(v) for k, v in asked.items())
+        )
+
+
 class KeylessRunStore(MemoryStore):
     """A run store written before steer keys: its add_steer takes no key."""
 
@@ -428,7 +458,13 @@ def test_memory_store_passes_and_reports_examples() -> None:
 def test_a_store_with_only_the_seed_methods_skips_the_run_properties() -> None:
     assert not isinstance(DictStore(), RunStore)
     report = storetest.run(DictStore, max_examples=2)
-    skipped = (*storetest.RUN_PROPERTIES, storetest.KEYS, storetest.FORK)
+    skipped = (
+        *storetest.RUN_PROPERTIES,
+        storetest.KEYS,
+        storetest.FORK,
+        *storetest.APPROVAL_PROPERTIES,
+        storetest.METADATA,
+    )
     assert report.skipped == skipped
     assert tuple(report.examples) == tuple(p for p in storetest.PROPERTIES if p not in skipped)
     assert str(report).endswith(f"({len(skipped)} skipped for capabilities the store lacks)")
@@ -488,6 +524,8 @@ BROKEN_RUNS = [
     pytest.param(storetest.KEYS, ForgetsKeysWhenTaken, id="forgets-keys-when-taken"),
     pytest.param(storetest.KEYS, ChecksKeysApart, id="checks-keys-apart"),
     pytest.param(storetest.KEYS, KeepsKeysAfterDelete, id="keeps-keys-after-delete"),
+    pytest.param(storetest.METADATA, MergesMetadata, id="merges-metadata"),
+    pytest.param(storetest.METADATA, MatchesMetadataByPrefix, id="matches-metadata-by-prefix"),
 ]
 
 

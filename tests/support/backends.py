@@ -101,8 +101,7 @@ def open_postgres(dsn: str, schema: str) -> Iterator[agent.RunStore]:
     from agentsessions.stores import postgres
 
     options = {"options": f"-c search_path={schema}"}
-    check = postgres.check_connection
-    with ConnectionPool(dsn, kwargs=options, min_size=1, max_size=4, open=True, check=check) as pool:
+    with ConnectionPool(dsn, kwargs=options, min_size=1, max_size=4, open=True) as pool:
         yield postgres.PostgresStore(pool)
 
 

@@ -29,8 +29,11 @@ def served(store: RunStore, *, token: str = TOKEN, prefix: str = "") -> Iterator
     finally:
         # The workers first: one still answering would write to the closed loop's trigger.
         server.task_dispatcher.shutdown()
-        server.close()
+        # Sockets are closed by the loop's own thread (a thunk the trigger runs there): closed
+        # from here, the loop could be inside select() on them and fail with EBADF.
+        server.trigger.pull_trigger(lambda: server.asyncore.close_all(server._map))
         thread.join(10)
+        assert not thread.is_alive(), "the console server did not stop"
 
 
 @contextlib.contextmanager

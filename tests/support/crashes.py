@@ -531,21 +531,56 @@ class JournalTally:
         )
 
 
+def settled(
+    runner: multiprocessing.process.BaseProcess,
+    events: Connection,
+    ended: tuple[str, str] | None,
+    store: agent.RunStore,
+    session_id: str,
+) -> bool:
+    """After an attempt: ``True`` if the runner finished the conversation; else (killed) once its lease lapsed."""
+    runner.join(10)
+    if ended is None and runner.exitcode == 0:  # it finished just before the kill
+        ended = outcome(events)
+    if ended is not None:
+        assert ended == ("finished", "end_turn"), ended
+        return True
+    wait_until(lambda: store.info(session_id).state in SETTLED, "the killed run's lease to lapse")
+    return False
+
+
+def each_trial(
+    opener: Opener,
+    trials: int,
+    seed: int,
+    name: str,
+    side_effects: str,
+    trial: Callable[[agent.RunStore, random.Random, str], None],
+) -> None:
+    """Run ``trial(store, rng, session_id)`` ``trials`` times, each on a fresh session with its own seeded
+    random; a failure names ``name``, the trial and the seed. ``side_effects`` is the tools' log, made empty."""
+    open(side_effects, "a").close()
+    with opener() as store:
+        for n in range(trials):
+            rng = random.Random(seed * 100_003 + n)
+            session_id = f"{name}-{os.getpid()}-{rng.getrandbits(32):08x}-{n}"
+            try:
+                trial(store, rng, session_id)
+            except Exception as error:
+                raise AssertionError(f"{name} trial {n} failed (seed {seed})") from error
+
+
 def journal_trials(opener: Opener, trials: int, seed: int, workdir: str) -> JournalTally:
     """Conversations with ``journal=True`` killed at random instants and resumed in another process, again
     and again, until a resume finishes; then count each tool call's side effects."""
     ctx = context()
     side_effects = os.path.join(workdir, "journal-side-effects.log")
-    open(side_effects, "a").close()
     tally = JournalTally()
-    with opener() as store:
-        for trial in range(trials):
-            rng = random.Random(seed * 100_003 + trial)
-            session_id = f"journal-{os.getpid()}-{rng.getrandbits(32):08x}-{trial}"
-            try:
-                journal_conversation(ctx, opener, store, rng, session_id, side_effects, tally)
-            except Exception as error:
-                raise AssertionError(f"journal trial {trial} failed (seed {seed})") from error
+
+    def trial(store: agent.RunStore, rng: random.Random, session_id: str) -> None:
+        journal_conversation(ctx, opener, store, rng, session_id, side_effects, tally)
+
+    each_trial(opener, trials, seed, "journal", side_effects, trial)
     with open(side_effects) as lines:
         effects = Counter(line.strip() for line in lines)
     tally.side_effects = sum(effects.values())
@@ -578,14 +613,9 @@ def journal_conversation(
                     time.sleep(rng.uniform(0, 0.004))  # a random instant after the chosen event
                     kill(runner)
                     break
-        runner.join(10)
-        if ended is None and runner.exitcode == 0:  # it finished just before the kill
-            ended = outcome(events)
-        if ended is not None:
-            assert ended == ("finished", "end_turn"), ended
+        if settled(runner, events, ended, store, session_id):
             break
         tally.kills += 1
-        wait_until(lambda: store.info(session_id).state in SETTLED, "the killed run's lease to lapse")
     else:
         raise AssertionError("no resume finished in 50 attempts")
     tally.resumes_completed += 1

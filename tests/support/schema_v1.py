@@ -97,9 +97,19 @@ def _hold_a_session(opener: Opener) -> None:
     import agentsessions as agent
 
     with opener() as store:
+        if type(store).__name__ == "MongoStore":  # this release's store needs its indexes to write
+            from agentsessions.stores import mongodb
+
+            for name, models in mongodb.INDEXES.items():
+                store.database[name].create_indexes(models)
         store.save("made at version 1", [agent.Message.user("before versions were recorded")])
-        if type(store).__name__ == "MongoStore":
+        if type(store).__name__ == "MongoStore":  # back to version 1's indexes, and no version
             store.database["agentsessions_schema"].delete_many({})
+            kept = {doc["name"] for docs in json.loads((FIXTURES / "mongodb_indexes.json").read_text()).values()}
+            for name in mongodb.INDEXES:
+                for index in list(store.database[name].list_indexes()):
+                    if index["name"] not in kept | {"_id_"}:
+                        store.database[name].drop_index(index["name"])
         else:
             store.client.delete(store.prefix + "schema")
 

@@ -136,7 +136,7 @@ def _postgres(settings: Mapping[str, Any]) -> tuple[RunStore, Callable[[], None]
     if settings.get("PORT"):
         params["port"] = int(settings["PORT"])
     pool: ConnectionPool[Any] = ConnectionPool(
-        kwargs=params, min_size=1, max_size=POOL_SIZE, check=postgres.check_connection, open=False, name="agentsessions"
+        kwargs=params, min_size=1, max_size=POOL_SIZE, open=False, name="agentsessions"
     )
     _opening(pool.open, wait=True, timeout=2 * CONNECT_TIMEOUT)
     return postgres.PostgresStore(pool), pool.close
@@ -144,10 +144,8 @@ def _postgres(settings: Mapping[str, Any]) -> tuple[RunStore, Callable[[], None]
 
 def _mysql(settings: Mapping[str, Any]) -> tuple[RunStore, Callable[[], None]]:
     try:
-        import pymysql
-        from dbutils.pooled_db import PooledDB
-
         from agentsessions.stores import mysql
+        from agentsessions.stores.mysql._pool import pool as mysql_pool
     except ImportError:
         raise ImportError(
             "a MySQL or MariaDB database needs PyMySQL: pip install agentsessions[django,mysql]"
@@ -166,7 +164,7 @@ def _mysql(settings: Mapping[str, Any]) -> tuple[RunStore, Callable[[], None]]:
         **_options(settings),
     }
     params["unix_socket" if host.startswith("/") else "host"] = host  # Django's way of naming a socket
-    pool = PooledDB(pymysql, maxconnections=POOL_SIZE, maxcached=POOL_SIZE, blocking=True, **params)
+    pool = mysql_pool(POOL_SIZE, **params)  # the pool from_url makes: see stores/mysql/_pool.py
     _opening(lambda: pool.connection().close())  # a wrong password fails here, naming the database
     return mysql.MySQLStore(pool.connection), pool.close
 

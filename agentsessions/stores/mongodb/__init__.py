@@ -64,9 +64,11 @@ try:
 except ImportError as error:  # pragma: no cover - depends on what is installed
     raise ImportError("agentsessions.stores.mongodb needs pymongo: pip install agentsessions[mongodb]") from error
 
+from agentsessions.approvals import Approval, Decision, pending_error
 from agentsessions.codec import encode_text, load_message
 from agentsessions.errors import SchemaMissingError, StoreError
 from agentsessions.messages import Message
+from agentsessions.metadata import check_metadata, metadata_filter, pair_texts
 from agentsessions.runs import (
     ENDINGS,
     Claim,
@@ -88,7 +90,7 @@ from agentsessions.stores.kit.failures import could_not, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
 from agentsessions.stores.kit.values import micros
-from agentsessions.stores.mongodb import _layout
+from agentsessions.stores.mongodb import _approvals, _layout
 from agentsessions.stores.mongodb._fork import PrefixCopy, forked, taken
 from agentsessions.stores.mongodb._layout import (
     RUNNING,
@@ -122,7 +124,14 @@ from agentsessions.stores.mongodb._layout import (
     text_of,
     too_many_steers,
 )
-from agentsessions.stores.mongodb._schema import MIGRATIONS, SCHEMA_VERSION, MongoMigrator, checked_version
+from agentsessions.stores.mongodb._schema import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    MongoMigrator,
+    checked_version,
+    read_version,
+    record_new,
+)
 
 __all__ = [
     "COUNTERS",
@@ -144,7 +153,11 @@ COUNTERS = "agentsessions_counters"
 # The unique message key is what makes a stale writer's insert fail instead of overwriting
 # a message a reader may be reading. The listing index serves sessions()' keyset pages.
 INDEXES: dict[str, list[pymongo.IndexModel]] = {
-    SESSIONS: [pymongo.IndexModel([("updated_at", -1), ("sort", -1)], name="agentsessions_sessions_listing")],
+    SESSIONS: [
+        pymongo.IndexModel([("updated_at", -1), ("sort", -1)], name="agentsessions_sessions_listing"),
+        # A multikey index: one entry per metadata pair, each pair's sessions newest first.
+        pymongo.IndexModel([("metadata", 1), ("updated_at", -1), ("sort", -1)], name="agentsessions_sessions_metadata"),
+    ],
     MESSAGES: [
         pymongo.IndexModel(
             [("session_id", 1), ("epoch", 1), ("position", 1), ("chunk", 1)],
@@ -196,7 +209,11 @@ PAGE_SIZE = 500
 
 _RUN_FIELDS = {**STATE_FIELDS, "token": 1, "run_state": 1, "cancel_requested": 1, "steers": 1, "steer_seq": 1}
 _INFO_FIELDS = dict.fromkeys(
-    ("sort", "length", "updated_at", "run_state", "holder", "lease_expires_at", "cancel_requested", "steers.seq"), 1
+    (
+        *("sort", "length", "updated_at", "run_state", "holder", "lease_expires_at", "cancel_requested"),
+        *("steers.seq", "pending_approvals", "metadata"),
+    ),
+    1,
 )  # steers.seq: their count without their text
 _BODY_FIELDS = {"_id": 0, "position": 1, "chunk": 1, "chunks": 1, "body": 1}
 _ORDER = [("updated_at", -1), ("sort", -1)]
@@ -324,14 +341,28 @@ class MongoStore:
             doc = self._sessions.find_one({"_id": key(session_id)}, _INFO_FIELDS)
         return SessionInfo(session_id) if doc is None else info_of(session_id, doc, utcnow())
 
+    def set_metadata(self, session_id: str, metadata: Mapping[str, str]) -> None:
+        """Make ``metadata`` the session's whole metadata: one update of its document, made if there is none."""
+        check_session_id(session_id)
+        pairs = pair_texts(check_metadata(metadata))
+        update = {"$set": {"metadata": pairs}, "$setOnInsert": {"sort": sort_key(session_id)}}
+        with self._errors("set the metadata", session_id):
+            self._sessions.update_one({"_id": key(session_id)}, update, upsert=True)
+
     def sessions(
-        self, *, state: RunState | Several[RunState] | None = None, updated_before: datetime.datetime | None = None
+        self,
+        *,
+        state: RunState | Several[RunState] | None = None,
+        updated_before: datetime.datetime | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> Iterator[SessionInfo]:
-        """Every session, newest update first (never saved last), fetched in pages, each exactly once."""
-        states, before = state_filter(state), check_updated_before(updated_before)
-        saved = {"updated_at": {"$lt": _FOREVER if before is None else micros(before)}}
+        """Every session (holding each pair of ``metadata``), newest update first (never saved last), in pages."""
+        states, before, pairs = state_filter(state), check_updated_before(updated_before), metadata_filter(metadata)
+        saved: dict[str, Any] = {"updated_at": {"$lt": _FOREVER if before is None else micros(before)}}
         # Saved sessions first, then the never saved ones (no updated_at), each in keyset pages.
         phases: list[dict[str, Any]] = [saved] if before is not None else [saved, {"updated_at": None}]
+        if pairs:
+            phases = [{**phase, "metadata": {"$all": pair_texts(pairs)}} for phase in phases]
         return self._listing(phases, states)
 
     def _listing(self, phases: list[dict[str, Any]], states: frozenset[RunState] | None) -> Iterator[SessionInfo]:
@@ -421,8 +452,9 @@ class MongoStore:
                 lapsed = {"lease_expires_at": {"$not": {"$gt": now}}}  # as derive_state: no lease is no hold
                 # Free: never held or ended (the upsert), or stalled (the second update, apart so
                 # that the claim knows it took over; the rare case pays for it); never a state a
-                # newer version wrote.
-                ended = {"_id": stored, "run_state": {"$in": [None, *sorted(state.value for state in ENDINGS)]}}
+                # newer version wrote. A waiting session is free once every call is decided.
+                done = {"run_state": {"$in": [None, *sorted(state.value for state in ENDINGS)]}}
+                ended = {"_id": stored, "$or": [done, _approvals.FREE_WAIT]}
                 held = {"run_state": RUNNING, "token": token, "holder": key(replica), "lease": lease}
                 held |= {"lease_expires_at": now + lease_micros(lease), "cancel_requested": False}
                 with suppress(DuplicateKeyError):  # the document exists and the filter refused it
@@ -434,7 +466,28 @@ class MongoStore:
                 doc = self._sessions.find_one({"_id": stored}, _INFO_FIELDS)
                 if doc is not None and (info := info_of(session_id, doc, utcnow())).state is RunState.RUNNING:
                     raise busy(session_id, info.holder, info.lease_expires_at)
+                if doc is not None and info.state is RunState.WAITING and info.pending_approvals:
+                    raise pending_error(session_id, info.pending_approvals)
         raise self._gave_up("claim", session_id, "its record kept changing")
+
+    # --- Approvals (the document's fields: see _approvals) -----------------------------------
+
+    def wait(self, claim: Claim, approvals: Sequence[Approval]) -> None:
+        """Release the session held by ``claim`` as ``WAITING`` for ``approvals``, in one conditional update."""
+        with self._errors("wait for approval", getattr(claim, "session_id", None)):
+            _approvals.wait(self._sessions, claim, approvals)
+
+    def approvals(self, session_id: str) -> list[Approval]:
+        """The calls of the session's latest wait, decided or not."""
+        check_session_id(session_id)
+        with self._errors("read the approvals", session_id):
+            return _approvals.approvals(self._sessions, session_id)
+
+    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
+        """Record ``decisions`` on the waiting calls, all or none, in one conditional update; the state after."""
+        check_session_id(session_id)
+        with self._errors("record the decisions", session_id):
+            return _approvals.decide(self._sessions, session_id, decisions)
 
     def peek_steers(self, session_id: str) -> list[Steer]:
         """The waiting steers, oldest first, left in place."""
@@ -630,10 +683,16 @@ class MongoStore:
     def _errors(self, action: str, session_id: str | None) -> Iterator[None]:
         errors = (PyMongoError, BSONError)
         with translated(errors, self._name, action, session_id, known=self._known), pymongo.timeout(self._timeout):
+            # Once per store object (a race only reads it twice). An older version is refused
+            # before the indexes are checked: its missing index is the migration's to build.
+            found = self._version
+            if found is None:
+                found = read_version(self._sessions.database, SESSIONS)
+                if found is not None:
+                    checked_version(found, could_not(self._name, action, session_id))
             self._check_indexes()
-            if self._version is None:  # once per store object; a race only reads it twice
-                what = could_not(self._name, action, session_id)
-                self._version = checked_version(self._sessions.database, SESSIONS, what)
+            if self._version is None:
+                self._version = found if found is not None else record_new(self._sessions.database)
             yield
 
 

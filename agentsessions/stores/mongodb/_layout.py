@@ -24,6 +24,7 @@ from pymongo import UpdateOne
 
 from agentsessions.codec import decode_text, dump_message, encode_text
 from agentsessions.errors import StoreError
+from agentsessions.metadata import from_pair_texts
 from agentsessions.runs import Claim, Progress, RunState, SessionInfo, Steer, derive_state
 from agentsessions.stores.kit import values
 from agentsessions.stores.kit.incremental import SavePlan, new_revision
@@ -342,15 +343,21 @@ def holds(doc: Mapping[str, Any] | None, claim: Claim) -> bool:
 def info_of(session_id: str, doc: Mapping[str, Any], now: datetime.datetime) -> SessionInfo:
     """The record a session document holds, its state derived at ``now``."""
     expires, holder = moment(doc.get("lease_expires_at")), doc.get("holder")
+    state = derive_state(doc.get("run_state"), expires, now, session_id)
     return SessionInfo(
         session_id,
         doc.get("length", 0),
         moment(doc.get("updated_at")),
-        derive_state(doc.get("run_state"), expires, now, session_id),
+        state,
         None if holder is None else text_of(holder),
         expires,
         len(doc.get("steers", ())),
         bool(doc.get("cancel_requested", False)),
+        int(doc.get("pending_approvals", 0)) if state is RunState.WAITING else 0,
+        # An array of pairs, each the JSON text of [key, value]: one value per pair that a
+        # multikey index holds and a query names exactly (a key as a field name would not
+        # do: a dot or a leading $ means something there).
+        metadata=from_pair_texts(doc.get("metadata", ())),
     )
 
 

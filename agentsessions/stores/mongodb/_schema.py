@@ -9,8 +9,10 @@ and no version document is version 1, the layout of the releases before versions
 recorded, and the store refuses it by name until ``agentsessions migrate`` ran.
 
 Version 2 (steer keys) keeps a session's keys in its own document (``steer_keys``), which
-one update checks and extends with the steer it guards: a document without the field holds
-no keys and needs no index, so the step from 1 to 2 only records the version. A migration
+one update checks and extends with the steer it guards, and version 3 (approvals) a wait's
+calls and decisions (``approvals``, ``pending_approvals``, run state ``waiting``): a document
+without those fields holds none, so those steps only record the version. Version 4 (session
+metadata) adds the multikey index ``agentsessions_sessions_metadata``, built by its step. A migration
 runs under a lock document in the same collection, with an expiry that the migrator renews
 while it holds it: replicas starting ``agentsessions migrate`` at once apply each step once,
 and one killed while holding it blocks the others for one lease at most.
@@ -33,10 +35,19 @@ from pymongo.errors import DuplicateKeyError
 
 from agentsessions.stores.kit.schema import VERSION_TABLE, LeaseLock, Step, StepsMigrator, check_version
 
-__all__ = ["LOCK_LEASE", "MIGRATIONS", "SCHEMA_VERSION", "MongoMigrator", "checked_version", "read_version"]
+__all__ = [
+    "LOCK_LEASE",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "MongoMigrator",
+    "checked_version",
+    "read_version",
+    "record_new",
+]
 
-SCHEMA_VERSION = 2
-"""The version of the indexes and document layout this release writes and needs (2: steer keys)."""
+SCHEMA_VERSION = 4
+"""The version of the indexes and document layout this release writes and needs (2: steer keys; 3: approvals;
+4: session metadata)."""
 
 LOCK_LEASE = 10.0
 """Seconds a migration's lock document lasts unless renewed (a third of it apart while held)."""
@@ -54,13 +65,28 @@ def _record(version: int, applied_by: str) -> dict[str, Any]:
     }
 
 
-MIGRATIONS: dict[int, list[dict[str, Any]]] = {1: []}
+MIGRATIONS: dict[int, list[dict[str, Any]]] = {
+    1: [],
+    2: [],
+    3: [
+        {
+            "createIndexes": "agentsessions_sessions",
+            "indexes": [
+                {"key": {"metadata": 1, "updated_at": -1, "sort": -1}, "name": "agentsessions_sessions_metadata"}
+            ],
+        }
+    ],
+}
 """From a version to the commands (``db.runCommand`` documents) that bring it to the next, before the one
-recording the version, each idempotent; never run by the library on its own. Version 2 keeps steer keys
-in the session document and needs no index: nothing changes but the version recorded."""
+recording the version, each idempotent (creating an index that exists alike does nothing); never run by
+the library on its own. Steer keys and approvals live in the session document: nothing to create."""
 
-_SUMMARIES = {1: "steer keys (field steer_keys of the session document, no index): records version 2"}
-_CREATE = "create the indexes (agentsessions.stores.mongodb.INDEXES) and record version 2"
+_SUMMARIES = {
+    1: "steer keys (field steer_keys of the session document, no index): records version 2",
+    2: "approvals (fields of the session document, no index): records version 3",
+    3: "session metadata (index agentsessions_sessions_metadata)",
+}
+_CREATE = "create the indexes (agentsessions.stores.mongodb.INDEXES) and record this version"
 
 
 def read_version(database: Database[Any], sessions: str) -> int | None:
@@ -72,16 +98,15 @@ def read_version(database: Database[Any], sessions: str) -> int | None:
     return found
 
 
-def checked_version(database: Database[Any], sessions: str, what: str) -> int:
-    """The version this store object works with: read, or recorded for a database with no session yet.
-
-    Else the error saying what to run, after ``what``.
-    """
-    found = read_version(database, sessions)
-    if found is None:  # a new database: record this release's version (once: the upsert is on _id)
-        database.command(_record(SCHEMA_VERSION, "first use of a new database"))
-        found = SCHEMA_VERSION
+def checked_version(found: int, what: str) -> int:
+    """``found`` (what :func:`read_version` read) if this release works with it; else the error saying what to run."""
     return check_version(found, SCHEMA_VERSION, store=what, create="", url="mongodb://.../database")
+
+
+def record_new(database: Database[Any]) -> int:
+    """Record this release's version in a database with no session yet (once: the upsert is on ``_id``)."""
+    database.command(_record(SCHEMA_VERSION, "first use of a new database"))
+    return SCHEMA_VERSION
 
 
 def _shown(command: Mapping[str, Any]) -> str:

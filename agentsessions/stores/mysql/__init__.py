@@ -19,17 +19,19 @@ write_timeout=30, init_command="SET SESSION innodb_lock_wait_timeout = 10")``. K
 ``read_timeout`` above ``innodb_lock_wait_timeout`` (50 s unless set, hence that
 ``init_command``): a call waiting for a lock then gets the server's lock-wait error, not a
 client timeout after which the server keeps the abandoned transaction's locks until its
-own wait ends. A call whose server stops answering fails with a :class:`StoreError` saying
-so within one ``read_timeout`` over a plain connection, a few through a DBUtils pool (it
-retries connecting, each try bounded alike); the next call gets a fresh connection from a
-pool that checks connections before lending them (DBUtils' default ``ping=1``).
+own wait ends. PyMySQL's timeouts bound each read and write, not a call: a call whose
+server stops answering, at any stage, fails with a :class:`StoreError` saying so within one
+``read_timeout`` over a new connection per call, two through the DBUtils pool that
+docs/stores/postgresql-mysql.md sets up (``ping=0, reset=False``: the statement's read,
+then DBUtils' one reconnect; ``stores.from_url`` makes that pool), up to four through a
+PooledDB with its defaults (a ping, a reconnect, the statement, the ROLLBACK on return).
 """
 
 from __future__ import annotations
 
 import datetime
 import functools
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -42,18 +44,24 @@ except ImportError as error:  # pragma: no cover - depends on what is installed
     raise ImportError("agentsessions.stores.mysql needs PyMySQL: pip install agentsessions[mysql]") from error
 
 from agentsessions import runs
+from agentsessions.approvals import Approval, Decision, pending_error
 from agentsessions.codec import decode_text, encode_text
 from agentsessions.errors import ConflictError, SchemaMissingError, StoreError
 from agentsessions.messages import Message
+from agentsessions.metadata import check_metadata, load_metadata, metadata_filter
 from agentsessions.runs import UTC, Claim, Progress, Renewal, RunState, SessionInfo, Steer
 from agentsessions.session import check_fork_at, check_session_id
+from agentsessions.stores.kit import approvals as kit_approvals
 from agentsessions.stores.kit import arguments, steerkeys, values
+from agentsessions.stores.kit.approvals import check_wait, decode, encode, pending_count
 from agentsessions.stores.kit.failures import could_not, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
 from agentsessions.stores.mysql._errors import describe, duplicate_key, explain, lost, schema_missing
 from agentsessions.stores.mysql._schema import (
+    APPROVALS,
     FIRST_VERSION,
+    METADATA,
     MIGRATIONS,
     SCHEMA_VERSION,
     STEER_KEYS,
@@ -108,6 +116,8 @@ SCHEMA = [
 ) ENGINE = InnoDB""",
     "INSERT IGNORE INTO agentsessions_tokens (id, value) VALUES (1, 0)",
     STEER_KEYS,
+    APPROVALS,
+    METADATA,
 ]
 
 """This version's whole schema, from nothing, its version row first: run each statement once per database."""
@@ -193,6 +203,16 @@ _CANCEL = "UPDATE agentsessions_sessions SET cancel_requested = TRUE WHERE id = 
 _DELETE_SESSION = "DELETE s FROM agentsessions_sessions AS s FORCE INDEX (PRIMARY) WHERE s.id = %s"
 _DELETE_ALL_STEERS = "DELETE s FROM agentsessions_steers AS s FORCE INDEX (PRIMARY) WHERE s.session_id = %s"
 _DELETE_KEYS = "DELETE k FROM agentsessions_steer_keys AS k FORCE INDEX (PRIMARY) WHERE k.session_id = %s"
+_DELETE_APPROVALS = "DELETE a FROM agentsessions_approvals AS a FORCE INDEX (PRIMARY) WHERE a.session_id = %s"
+# Under the record's lock (_LOCK_SESSION), as every write of the session: a claim, a wait and
+# a decision queue up, so each decision reads the approvals the one before it left.
+_WAIT = "UPDATE agentsessions_sessions SET run_state = 'waiting', cancel_requested = FALSE WHERE id = %s"
+_PUT_APPROVALS = """
+INSERT INTO agentsessions_approvals (session_id, body, pending) VALUES (%s, %s, %s)
+ON DUPLICATE KEY UPDATE body = VALUES(body), pending = VALUES(pending)
+"""
+_SELECT_APPROVALS = "SELECT body, pending FROM agentsessions_approvals WHERE session_id = %s"
+_UPDATE_APPROVALS = "UPDATE agentsessions_approvals SET body = %s, pending = %s WHERE session_id = %s"
 # A fork reads the source's length under a shared lock, which every writer of a transcript
 # waits for (save, save_run and delete lock the record first), so the rows it copies are the
 # ones that length counts. The copy's SELECT is a consistent read under READ COMMITTED: it
@@ -221,23 +241,41 @@ _HELD = """
 SELECT id, token, cancel_requested FROM agentsessions_sessions FORCE INDEX (PRIMARY)
 WHERE id IN ({ids}) AND (id, token) IN ({pairs}) AND run_state = 'running'
 """
+# The metadata comes as one JSON object in UTF-8 bytes, whatever the connection's character set.
 _INFO_COLUMNS = """s.id, s.length, s.updated_at, s.run_state, s.holder, s.lease_expires_at,
-    (SELECT COUNT(*) FROM agentsessions_steers AS t WHERE t.session_id = s.id), s.cancel_requested, UTC_TIMESTAMP(6)"""
+    (SELECT COUNT(*) FROM agentsessions_steers AS t WHERE t.session_id = s.id), s.cancel_requested, UTC_TIMESTAMP(6),
+    (SELECT a.pending FROM agentsessions_approvals AS a WHERE a.session_id = s.id),
+    (SELECT CAST(JSON_OBJECTAGG(CONVERT(x.mkey USING utf8mb4), CONVERT(x.mvalue USING utf8mb4)) AS BINARY)
+     FROM agentsessions_metadata AS x WHERE x.session_id = s.id)"""
 _INFO = f"SELECT {_INFO_COLUMNS} FROM agentsessions_sessions AS s WHERE s.id = %s"
 # Keyset pages along the (updated_at, id) index, walked backwards: newest first, never-saved
 # (NULL) last, ties by id. A page starts after the last row of the one before, so a session
 # is listed once however many share one updated_at, and no page rescans what came before.
 _PAGE = f"""
-SELECT {_INFO_COLUMNS} FROM agentsessions_sessions AS s FORCE INDEX (agentsessions_sessions_by_update)
+SELECT {_INFO_COLUMNS} FROM {{source}}
 WHERE {{where}} ORDER BY s.updated_at DESC, s.id DESC LIMIT {PAGE}
 """
+_EVERY_SESSION = "agentsessions_sessions AS s FORCE INDEX (agentsessions_sessions_by_update)"
+# Listing by metadata starts from the first pair's rows in its index and sorts those: the
+# cost follows how many sessions hold the pair, not how many there are. Other pairs are
+# primary-key lookups.
+_HOLDING_PAIR = """agentsessions_metadata AS m FORCE INDEX (agentsessions_metadata_by_pair)
+    STRAIGHT_JOIN agentsessions_sessions AS s ON s.id = m.session_id"""
+_FIRST_PAIR = "m.mkey = %s AND m.mvalue = %s"
+_OTHER_PAIR = """EXISTS (SELECT 1 FROM agentsessions_metadata AS o
+    WHERE o.session_id = s.id AND o.mkey = %s AND o.mvalue = %s)"""
+_DELETE_METADATA = "DELETE x FROM agentsessions_metadata AS x FORCE INDEX (PRIMARY) WHERE x.session_id = %s"
+_INSERT_METADATA = "INSERT INTO agentsessions_metadata (session_id, mkey, mvalue) VALUES (%s, %s, %s)"
 _SAVED_AFTER = "(s.updated_at < %s OR (s.updated_at = %s AND s.id < %s))"
 _LIVE = "s.lease_expires_at > UTC_TIMESTAMP(6)"
 _STATE_SQL = {
     RunState.IDLE: "s.run_state IS NULL",
     RunState.RUNNING: f"(s.run_state = 'running' AND {_LIVE})",
     RunState.STALLED: f"(s.run_state = 'running' AND (s.lease_expires_at IS NULL OR NOT {_LIVE}))",
-    **{state: f"s.run_state = '{state.value}'" for state in (RunState.FINISHED, RunState.CANCELLED, RunState.FAILED)},
+    **{
+        state: f"s.run_state = '{state.value}'"
+        for state in (RunState.FINISHED, RunState.CANCELLED, RunState.FAILED, RunState.WAITING)
+    },
 }
 
 
@@ -363,36 +401,57 @@ class MySQLStore:
             row = cur.fetchone()
         return _info(row) if row else SessionInfo(session_id)
 
+    def set_metadata(self, session_id: str, metadata: Mapping[str, str]) -> None:
+        """Make ``metadata`` the session's whole metadata, in one transaction; makes the record if there is none."""
+        key = encode_text(check_session_id(session_id))
+        rows = [(key, name.encode(), value.encode()) for name, value in check_metadata(metadata).items()]
+        # The record's lock orders replacements of one session's metadata: each is whole.
+        with self._transaction("set the metadata", session_id) as cur:
+            cur.execute(_CREATE_SESSION, (key, new_revision()))
+            cur.execute(_LOCK_SESSION, (key,))
+            cur.execute(_DELETE_METADATA, (key,))
+            if rows:
+                cur.executemany(_INSERT_METADATA, rows)
+
     def sessions(
-        self, *, state: RunState | Collection[RunState] | None = None, updated_before: datetime.datetime | None = None
+        self,
+        *,
+        state: RunState | Collection[RunState] | None = None,
+        updated_before: datetime.datetime | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> Iterator[SessionInfo]:
-        """Every session, newest update first (never saved last), each exactly once.
+        """Every session (holding each pair of ``metadata``), newest update first (never saved last), each once.
 
         Fetched lazily, :data:`PAGE` at a time, each page a query of its own, so no
         connection is held between pages. The arguments are checked at once.
         """
         states, before = runs.state_filter(state), runs.check_updated_before(updated_before)
-        filters, args = [], []
+        pairs = sorted((metadata_filter(metadata) or {}).items())
+        filters: list[str] = [_FIRST_PAIR if n == 0 else _OTHER_PAIR for n in range(len(pairs))]
+        args: list[Any] = [part.encode() for pair in pairs for part in pair]
         if before is not None:
             filters.append("s.updated_at < %s")
             args.append(before.astimezone(UTC).replace(tzinfo=None))
         if states is not None:
             filters.append(f"({' OR '.join(_STATE_SQL[s] for s in sorted(states)) or 'FALSE'})")
-        return self._pages(filters, args, saved_only=before is not None)
+        source = _HOLDING_PAIR if pairs else _EVERY_SESSION
+        return self._pages(source, filters, args, saved_only=before is not None)
 
-    def _pages(self, filters: list[str], args: list[Any], *, saved_only: bool) -> Iterator[SessionInfo]:
+    def _pages(self, source: str, filters: list[str], args: list[Any], *, saved_only: bool) -> Iterator[SessionInfo]:
         # Saved sessions, then (unless updated_before leaves them out) the never saved: two ranges.
         for saved in (True,) if saved_only else (True, False):
-            page = functools.partial(self._page, filters, args, saved)
+            page = functools.partial(self._page, source, filters, args, saved)
             yield from pages(page, _after_saved if saved else _after_never_saved, "MySQL store", PAGE)
 
-    def _page(self, filters: list[str], args: list[Any], saved: bool, after: list[Any] | None) -> Page[Any]:
+    def _page(
+        self, source: str, filters: list[str], args: list[Any], saved: bool, after: list[Any] | None
+    ) -> Page[Any]:
         # `after` is where the last page ended: (updated_at, updated_at, id), or (id,).
-        where = ["s.updated_at IS NOT NULL" if saved else "s.updated_at IS NULL", *filters]
+        where = [*filters, "s.updated_at IS NOT NULL" if saved else "s.updated_at IS NULL"]
         if after:
             where.append(_SAVED_AFTER if saved else "s.id < %s")
         with self._transaction("list sessions", None, locking=False) as cur:
-            cur.execute(_PAGE.format(where=" AND ".join(where)), [*args, *(after or [])])
+            cur.execute(_PAGE.format(source=source, where=" AND ".join(where)), [*args, *(after or [])])
             rows = cur.fetchall()
         return rows, _info
 
@@ -403,7 +462,9 @@ class MySQLStore:
             found: int = cur.execute(_DELETE_SESSION, (key,))
             found += cur.execute(_DELETE_ALL_STEERS, (key,))
             found += cur.execute(_DELETE_MESSAGES_FROM, (key, 0))
+            found += cur.execute(_DELETE_METADATA, (key,))
             cur.execute(_DELETE_KEYS, (key,))  # not counted: a session with keys has its record
+            cur.execute(_DELETE_APPROVALS, (key,))  # not counted: a session with approvals has its record
         self._known.forget(session_id)
         return found > 0
 
@@ -455,6 +516,8 @@ class MySQLStore:
             record = _Record.of(cur.fetchone(), session_id)
             if record.state is RunState.RUNNING:
                 raise runs.busy(session_id, record.holder, record.lease_expires_at)
+            if record.state is RunState.WAITING and (undecided := _approvals(cur, key)[1]):
+                raise pending_error(session_id, undecided)
             cur.execute(_CLAIM, (token, holder, lease, lease, key))
         return Claim(session_id, token, replica, lease, took_over=record.state is RunState.STALLED)
 
@@ -521,6 +584,46 @@ class MySQLStore:
 
     # --- Connections, transactions and errors ------------------------------------------------
 
+    # --- Approvals --------------------------------------------------------------------------
+
+    def wait(self, claim: Claim, approvals: Sequence[Approval]) -> None:
+        """Release the session held by ``claim`` as ``WAITING`` for ``approvals``, in one transaction."""
+        calls = check_wait(claim, approvals)
+        key, body = encode_text(claim.session_id), encode(calls).encode("utf-8")
+        with self._transaction("wait for approval", claim.session_id, payload=len(body)) as cur:
+            cur.execute(_LOCK_SESSION, (key,))
+            row = cur.fetchone()
+            if row is None or not _Record.of(row, claim.session_id).holds(claim):
+                raise runs.superseded(claim)
+            cur.execute(_WAIT, (key,))
+            cur.execute(_PUT_APPROVALS, (key, body, pending_count(calls)))
+
+    def approvals(self, session_id: str) -> list[Approval]:
+        """The calls of the session's latest wait, decided or not."""
+        key = encode_text(check_session_id(session_id))
+        with self._transaction("read the approvals", session_id, locking=False) as cur:
+            body, _ = _approvals(cur, key)
+        return decode(body, session_id)
+
+    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
+        """Record ``decisions`` on the waiting calls, all or none, under the record's lock; the state after."""
+        key = encode_text(check_session_id(session_id))
+        with self._transaction("record the decisions", session_id) as cur:
+
+            def read() -> tuple[str | None, datetime.datetime | None, str | None, datetime.datetime]:
+                cur.execute(_LOCK_SESSION, (key,))
+                row = cur.fetchone()
+                if row is None:
+                    return None, None, None, runs.utcnow()
+                _, _, _, stored, _, _, expires, now = row
+                return values.text(stored), values.utc(expires), _approvals(cur, key)[0], values.utc(now)
+
+            def swap(old: str | None, new: str, pending: int) -> bool:
+                cur.execute(_UPDATE_APPROVALS, (new.encode("utf-8"), pending, key))
+                return True  # the record's lock held since read(): nothing came between
+
+            return kit_approvals.decide(session_id, decisions, read=read, swap=swap)
+
     @contextmanager
     def _transaction(
         self, action: str, session_id: str | None, *, locking: bool = True, payload: int = 0
@@ -568,8 +671,12 @@ class MySQLStore:
 
 
 def _where(connect: Callable[[], Any]) -> str:
-    """What ``connect`` connects to, for a repr: ``'host:port/database'`` from a partial's keywords, else its name."""
+    """What ``connect`` connects to, for a repr: ``'host:port/database'`` from a partial's keywords, or a DBUtils
+    pool's (``PooledDB.connection``, what ``from_url`` makes), else its name."""
     func, keywords = (connect.func, connect.keywords) if isinstance(connect, functools.partial) else (connect, {})
+    pooled = getattr(getattr(connect, "__self__", None), "_kwargs", None)  # PooledDB keeps pymysql.connect's
+    if isinstance(pooled, dict):
+        keywords = pooled
     if keywords.keys() & {"host", "port", "unix_socket", "database", "db"}:
         where = keywords.get("unix_socket") or f"{keywords.get('host') or 'localhost'}:{keywords.get('port') or 3306}"
         return repr(f"{where}/{keywords.get('database') or keywords.get('db') or ''}")
@@ -644,12 +751,22 @@ def _delete_steers(cur: Any, key: bytes, seqs: list[int]) -> None:
 
 
 def _info(row: tuple[Any, ...]) -> SessionInfo:
-    key, length, updated_at, stored, holder, expires, pending, cancel, now = row
+    key, length, updated_at, stored, holder, expires, pending, cancel, now, undecided, metadata = row
     session_id = decode_text(key)
     state = runs.derive_state(values.text(stored), values.utc(expires), values.utc(now), session_id)
     holder, expires, updated_at = values.text(holder), values.utc(expires), values.utc(updated_at)
+    waits = (undecided or 0) if state is RunState.WAITING else 0
     # BOOLEAN is TINYINT: the driver gives 0 or 1.
-    return SessionInfo(session_id, length, updated_at, state, holder, expires, pending, bool(cancel))
+    return SessionInfo(
+        session_id, length, updated_at, state, holder, expires, pending, bool(cancel), waits, load_metadata(metadata)
+    )
+
+
+def _approvals(cur: Any, key: bytes) -> tuple[str | None, int]:
+    """The session's approvals text and undecided count (``None``, 0 without a wait)."""
+    cur.execute(_SELECT_APPROVALS, (key,))
+    row = cur.fetchone()
+    return (None, 0) if row is None else (bytes(row[0]).decode("utf-8"), int(row[1]))
 
 
 def migrator(connect: Callable[[], Any]) -> MySQLMigrator:

@@ -25,10 +25,20 @@ from agentsessions.errors import StoreError
 from agentsessions.stores.kit.schema import VERSION_TABLE, Applied, Step, check_version, plan
 from agentsessions.stores.mysql._errors import describe, explain
 
-__all__ = ["LOCK", "MIGRATIONS", "SCHEMA_VERSION", "MySQLMigrator", "checked_version", "lock", "read_version", "unlock"]
+__all__ = [
+    "LOCK",
+    "METADATA",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "MySQLMigrator",
+    "checked_version",
+    "lock",
+    "read_version",
+    "unlock",
+]
 
-SCHEMA_VERSION = 2
-"""The version of the schema this release creates and needs (2: steer keys)."""
+SCHEMA_VERSION = 4
+"""The version of the schema this release creates and needs (2: steer keys; 3: approvals; 4: session metadata)."""
 
 LOCK = "agentsessions migrate "
 """The start of the ``GET_LOCK`` name every migration takes; the rest is the SHA-1 of the database's name
@@ -48,6 +58,25 @@ STEER_KEYS = """CREATE TABLE IF NOT EXISTS agentsessions_steer_keys (
     steer_key   VARBINARY(1020) NOT NULL,
     digest      BINARY(32)      NOT NULL,
     PRIMARY KEY (session_id, steer_key)
+) ENGINE = InnoDB"""
+
+# Version 3: the calls of a session's latest wait for approval (agentsessions.approvals), as one
+# JSON text, and how many are undecided; run_state 'waiting' while the session waits.
+APPROVALS = """CREATE TABLE IF NOT EXISTS agentsessions_approvals (
+    session_id  VARBINARY(1020) NOT NULL PRIMARY KEY,
+    body        LONGBLOB        NOT NULL,
+    pending     INT             NOT NULL
+) ENGINE = InnoDB"""
+
+# Version 4: each session's metadata, a row per pair (UTF-8, binary), and an index from a
+# pair to its sessions, so listing one user's sessions reads that user's rows, not every
+# session. The index's key (256 + 1024 + 1020 bytes) fits InnoDB's 3072.
+METADATA = """CREATE TABLE IF NOT EXISTS agentsessions_metadata (
+    session_id  VARBINARY(1020) NOT NULL,
+    mkey        VARBINARY(256)  NOT NULL,
+    mvalue      VARBINARY(1024) NOT NULL,
+    PRIMARY KEY (session_id, mkey),
+    KEY agentsessions_metadata_by_pair (mkey, mvalue, session_id)
 ) ENGINE = InnoDB"""
 
 _SESSIONS_EXIST = (
@@ -70,11 +99,19 @@ def _record(version: int) -> str:
     )
 
 
-MIGRATIONS: dict[int, list[str]] = {1: [VERSIONS, STEER_KEYS, _record(2)]}
+MIGRATIONS: dict[int, list[str]] = {
+    1: [VERSIONS, STEER_KEYS, _record(2)],
+    2: [APPROVALS, _record(3)],
+    3: [METADATA, _record(4)],
+}
 """From a version to the statements that bring it to the next, each idempotent on its own (MySQL commits
 DDL implicitly); never run by the library on its own."""
 
-_SUMMARIES = {1: "steer keys (table agentsessions_steer_keys) and the schema version table"}
+_SUMMARIES = {
+    1: "steer keys (table agentsessions_steer_keys) and the schema version table",
+    2: "approvals (table agentsessions_approvals)",
+    3: "session metadata (table agentsessions_metadata, indexed by pair)",
+}
 _CREATE = "create every table (agentsessions.stores.mysql.SCHEMA)"
 _NO_TABLE = 1146  # ER_NO_SUCH_TABLE
 _LOCK_SLICE = 5.0  # GET_LOCK waits in slices, each well inside the connection's read_timeout

@@ -16,22 +16,23 @@ Clock: ``updated_at``, leases and every comparison with a lease use the server's
 so replicas whose clocks disagree still agree on who holds a session.
 
 Time: every call raises :class:`~agentsessions.errors.StoreError` within the store's
-``timeout``. The server ends a lock wait or a statement that runs past about nine tenths
-of what is left (``lock_timeout``, ``statement_timeout``, set per transaction), and the
-connection stays usable. For a server that stops answering (a hung host, a proxy that
-stops forwarding), psycopg has no read timeout: a watchdog thread shuts the connection's
-socket down when the timeout is up, and the pool discards it. The pool checks a connection
-before it lends one, before the store holds it: :func:`check_connection` is that check
-bounded the same way, by its own ``timeout`` and by the deadline of the call waiting for
-the connection, so a dead one is dropped and another lent. Make the pool so::
+``timeout`` (and 0.25 s), whatever stage it is at when the server stops answering. The
+wait for a connection from the pool gets what is left of the timeout. The server ends a
+lock wait or a statement that runs past about nine tenths of what is left then
+(``lock_timeout``, ``statement_timeout``, set per transaction), and the connection stays
+usable. For a server that stops answering (a hung host, a proxy that stops forwarding),
+psycopg has no read timeout: a watchdog thread shuts the connection's socket down when
+the timeout is up, and the pool discards it.
+
+Dropped connections: a connection that the server closed while it sat in the pool (a
+restart, ``pg_terminate_backend``) is found before the store uses it, without a round
+trip (the kernel already holds the server's goodbye: see ``_borrow``), closed, and
+another borrowed, so no call fails for it. Give the pool no ``check``: it would cost a
+round trip on every call, and psycopg_pool waits a second after two failed checks in a
+row. Make the pool so::
 
     pool = ConnectionPool(
         conninfo,
-        # After a server restart or a network blip the idle connections are dead; without
-        # a check the pool lends them out, and each fails the call it is lent to.
-        # ConnectionPool.check_connection has no time limit: a server that takes the
-        # packets but never answers would hold the call past the store's timeout.
-        check=postgres.check_connection,
         kwargs={
             "connect_timeout": 5,  # bounds the pool's reconnects
             # The kernel's limits for a host or network that is gone, in what no watchdog
@@ -48,7 +49,7 @@ from __future__ import annotations
 import datetime
 import functools
 import time
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from typing import Any
 
@@ -56,15 +57,17 @@ try:
     import psycopg
     from psycopg.pq import TransactionStatus
     from psycopg.rows import tuple_row
-    from psycopg_pool import ConnectionPool
+    from psycopg_pool import ConnectionPool, PoolTimeout
 except ImportError as error:  # pragma: no cover - depends on what is installed
     raise ImportError(
         "agentsessions.stores.postgres needs psycopg 3 and psycopg_pool: pip install agentsessions[postgres]"
     ) from error
 
+from agentsessions.approvals import Approval, Decision, pending_error
 from agentsessions.codec import decode_text, encode_text
 from agentsessions.errors import ConflictError, SchemaMissingError, StoreError
 from agentsessions.messages import Message
+from agentsessions.metadata import check_metadata, metadata_filter
 from agentsessions.runs import (
     ENDINGS,
     Claim,
@@ -78,12 +81,16 @@ from agentsessions.runs import (
     derive_state,
     state_filter,
     superseded,
+    utcnow,
 )
 from agentsessions.session import check_fork_at, check_session_id
+from agentsessions.stores.kit import approvals as kit_approvals
 from agentsessions.stores.kit import arguments, steerkeys, values
+from agentsessions.stores.kit.approvals import check_wait, decode, encode, pending_count
 from agentsessions.stores.kit.failures import could_not, first_line, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
+from agentsessions.stores.postgres._borrow import borrowed
 from agentsessions.stores.postgres._schema import (
     MIGRATIONS,
     SCHEMA,
@@ -187,13 +194,41 @@ _SELECT_KEY = "SELECT digest FROM agentsessions_steer_keys WHERE session_id = %s
 _TAKE_STEERS = "DELETE FROM agentsessions_steers WHERE session_id = %s RETURNING seq, text"
 _PEEK_STEERS = "SELECT seq, text FROM agentsessions_steers WHERE session_id = %s ORDER BY seq"
 _DELETE_TAKEN = "DELETE FROM agentsessions_steers WHERE session_id = %s AND seq = ANY(%s::bigint[])"
+_DELETE_METADATA = "DELETE FROM agentsessions_metadata WHERE session_id = %s"
+_INSERT_METADATA = "INSERT INTO agentsessions_metadata (session_id, mkey, mvalue) VALUES (%s, %s, %s)"
 # The record first: that waits for a save holding it, which then leaves no row behind.
 _DELETE_SESSION = (
     "DELETE FROM agentsessions_sessions WHERE id = %s",
+    _DELETE_METADATA,
     "DELETE FROM agentsessions_messages WHERE session_id = %s",
     "DELETE FROM agentsessions_steers WHERE session_id = %s",
     "DELETE FROM agentsessions_steer_keys WHERE session_id = %s",
+    "DELETE FROM agentsessions_approvals WHERE session_id = %s",
 )
+# A wait is released by the run holding the session: its token must still be the record's.
+_WAIT = """
+UPDATE agentsessions_sessions SET run_state = 'waiting', cancel_requested = false
+WHERE id = %s AND token = %s AND run_state = 'running'
+"""
+# In the same pipelined transaction, after _WAIT: it writes only if _WAIT did.
+_PUT_APPROVALS = """
+INSERT INTO agentsessions_approvals (session_id, body, pending)
+SELECT %(id)s, %(body)s, %(pending)s WHERE EXISTS (
+    SELECT 1 FROM agentsessions_sessions WHERE id = %(id)s AND token = %(token)s AND run_state = 'waiting')
+ON CONFLICT (session_id) DO UPDATE SET body = excluded.body, pending = excluded.pending
+"""
+_SELECT_APPROVALS = "SELECT body FROM agentsessions_approvals WHERE session_id = %s"
+_SELECT_DECIDING = """
+SELECT s.run_state, s.lease_expires_at, a.body, statement_timestamp() FROM agentsessions_sessions AS s
+LEFT JOIN agentsessions_approvals AS a ON a.session_id = s.id WHERE s.id = %s
+"""
+# The swap of kit.approvals.decide: only over the text read, and only while the session waits.
+# The record's lock first, as every write of the session takes it, so a claim and a decision queue.
+_SWAP_APPROVALS = """
+UPDATE agentsessions_approvals AS a SET body = %(new)s, pending = %(pending)s
+FROM (SELECT id FROM agentsessions_sessions WHERE id = %(id)s AND run_state = 'waiting' FOR UPDATE) AS s
+WHERE a.session_id = s.id AND a.body = %(old)s
+"""
 _CANCEL = """
 UPDATE agentsessions_sessions SET cancel_requested = true
 WHERE id = %s AND run_state = 'running' AND lease_expires_at > clock_timestamp()
@@ -210,6 +245,8 @@ SET run_state = 'running', token = excluded.token, holder = excluded.holder, lea
     lease_expires_at = clock_timestamp() + excluded.lease * interval '1 second', cancel_requested = false
 -- Free: never held, ended, or stalled; never a state a newer version wrote (the refusal reads it).
 WHERE s.run_state IS NULL OR s.run_state IN ('finished', 'cancelled', 'failed')
+   OR (s.run_state = 'waiting' AND NOT EXISTS (
+       SELECT 1 FROM agentsessions_approvals AS a WHERE a.session_id = s.id AND a.pending > 0))
    OR (s.run_state = 'running' AND (s.lease_expires_at IS NULL OR s.lease_expires_at <= clock_timestamp()))
 RETURNING s.token
 """
@@ -238,7 +275,11 @@ SELECT source.length, EXISTS (SELECT 1 FROM fork) FROM source
 # The record the claim is about to change, locked until it has: a claim that succeeds where
 # it found 'running' ended a lapsed lease (RETURNING sees only the new row).
 _PRIOR = "SELECT run_state FROM agentsessions_sessions WHERE id = %s FOR UPDATE"
-_HOLDER = "SELECT holder, lease_expires_at, run_state, clock_timestamp() FROM agentsessions_sessions WHERE id = %s"
+_HOLDER = """
+SELECT holder, lease_expires_at, run_state, clock_timestamp(),
+       (SELECT pending FROM agentsessions_approvals WHERE session_id = s.id)
+FROM agentsessions_sessions AS s WHERE id = %s
+"""
 _RENEW = """
 UPDATE agentsessions_sessions AS s SET lease_expires_at = clock_timestamp() + s.lease * interval '1 second'
 FROM unnest(%s::bytea[], %s::bigint[]) AS c(id, token)
@@ -253,7 +294,11 @@ WHERE s.id = %s AND s.token = %s AND s.run_state = 'running'
 RETURNING s.id, s.token, s.cancel_requested
 """
 _RECORD = """s.id, s.length, s.updated_at, s.run_state, s.holder, s.lease_expires_at, s.cancel_requested,
-       (SELECT count(*) FROM agentsessions_steers AS t WHERE t.session_id = s.id), statement_timestamp()"""
+       (SELECT count(*) FROM agentsessions_steers AS t WHERE t.session_id = s.id), statement_timestamp(),
+       (SELECT a.pending FROM agentsessions_approvals AS a WHERE a.session_id = s.id),
+       (SELECT json_object_agg(m.mkey, m.mvalue) FROM agentsessions_metadata AS m WHERE m.session_id = s.id)"""
+# One pair of sessions(metadata=...): the session ids the pair's index gives.
+_HOLDS_PAIR = " AND s.id IN (SELECT session_id FROM agentsessions_metadata WHERE mkey = %(k{n})s AND mvalue = %(v{n})s)"
 _INFO = f"SELECT {_RECORD} FROM agentsessions_sessions AS s WHERE s.id = %(id)s"
 # Keyset pages over the (updated_at, id) index, newest first, never OFFSET. A row value
 # with NULL compares NULL, so never-saved records are walked in a second pass.
@@ -270,7 +315,7 @@ _STATE_SQL = {
     RunState.STALLED: (
         "(s.run_state = 'running' AND (s.lease_expires_at IS NULL OR s.lease_expires_at <= statement_timestamp()))"
     ),
-    **{state: f"s.run_state = '{state.value}'" for state in ENDINGS},
+    **{state: f"s.run_state = '{state.value}'" for state in (*ENDINGS, RunState.WAITING)},
 }
 
 _Connection = psycopg.Connection[Any]
@@ -387,13 +432,32 @@ class PostgresStore:
         row = cur.fetchone()
         return SessionInfo(session_id) if row is None else _info(row)
 
+    def set_metadata(self, session_id: str, metadata: Mapping[str, str]) -> None:
+        """Make ``metadata`` the session's whole metadata, in one transaction; makes the record if there is none."""
+        key = encode_text(check_session_id(session_id))
+        pairs = check_metadata(metadata)
+        # The record's lock orders replacements of one session's metadata: each is whole.
+        with self._transaction("set the metadata", session_id) as conn:
+            conn.execute(_LOCK_SESSION, (key, new_revision()))
+            conn.execute(_DELETE_METADATA, (key,))
+            if pairs:
+                conn.cursor().executemany(_INSERT_METADATA, [(key, name, value) for name, value in pairs.items()])
+
     def sessions(
-        self, *, state: RunState | Collection[RunState] | None = None, updated_before: datetime.datetime | None = None
+        self,
+        *,
+        state: RunState | Collection[RunState] | None = None,
+        updated_before: datetime.datetime | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> Iterator[SessionInfo]:
-        """Every session, newest update first (never saved last, ties by id), fetched in pages."""
-        states, before = state_filter(state), check_updated_before(updated_before)
+        """Every session (holding each pair of ``metadata``), newest update first (never saved last), in pages."""
+        states, before, pairs = state_filter(state), check_updated_before(updated_before), metadata_filter(metadata)
         where = "" if states is None else " AND (" + " OR ".join(_STATE_SQL[s] for s in sorted(states)) + ")"
-        return self._listing(where, before)
+        params: dict[str, Any] = {}
+        for n, (name, value) in enumerate(sorted((pairs or {}).items())):
+            where += _HOLDS_PAIR.format(n=n)
+            params |= {f"k{n}": name, f"v{n}": value}
+        return self._listing(where, params, before)
 
     def delete(self, session_id: str) -> bool:
         """Remove transcript, steers and record in one transaction; ``True`` if the session existed."""
@@ -436,8 +500,9 @@ class PostgresStore:
             holder = _cursor(conn).execute(_HOLDER, (key,))
         token = claimed.fetchone()
         if token is None:
-            held_by, expires, run_state, now = _one(holder)
-            derive_state(run_state, expires, now, session_id)  # a newer version's state: a FormatError
+            held_by, expires, run_state, now, undecided = _one(holder)
+            if derive_state(run_state, expires, now, session_id) is RunState.WAITING:  # a newer state: FormatError
+                raise pending_error(session_id, undecided or 0)
             raise busy(session_id, values.text(held_by), values.utc(expires))
         found = prior.fetchone()
         return Claim(session_id, token[0], replica, lease, took_over=found is not None and found[0] == "running")
@@ -498,19 +563,61 @@ class PostgresStore:
 
     # --- Connections and transactions ------------------------------------------------------
 
-    def _listing(self, where: str, before: datetime.datetime | None) -> Iterator[SessionInfo]:
+    def _listing(self, where: str, params: dict[str, Any], before: datetime.datetime | None) -> Iterator[SessionInfo]:
         saved = _PAGE.format(where=_SAVED_BELOW + where, order=_NEWEST_FIRST)
         first = {"updated": before or _LATEST, "id": b""}
-        yield from pages(functools.partial(self._page, saved, first), _after, "PostgreSQL store", PAGE_SIZE)
+        page = functools.partial(self._page, saved, params, first)
+        yield from pages(page, _after, "PostgreSQL store", PAGE_SIZE)
         if before is None:  # updated_before excludes the never-saved records
             never_saved = _PAGE.format(where=_NEVER_SAVED_BELOW + where, order=_BY_ID)
-            first = {"id": _ABOVE_EVERY_ID}
-            yield from pages(functools.partial(self._page, never_saved, first), _after, "PostgreSQL store", PAGE_SIZE)
+            page = functools.partial(self._page, never_saved, params, {"id": _ABOVE_EVERY_ID})
+            yield from pages(page, _after, "PostgreSQL store", PAGE_SIZE)
 
-    def _page(self, query: str, first: dict[str, Any], bound: dict[str, Any] | None) -> Page[tuple[Any, ...]]:
+    def _page(
+        self, query: str, params: dict[str, Any], first: dict[str, Any], bound: dict[str, Any] | None
+    ) -> Page[tuple[Any, ...]]:
         with self._transaction("list the sessions") as conn:
-            cur = _cursor(conn).execute(query, bound or first)
+            cur = _cursor(conn).execute(query, {**params, **(bound or first)})
         return cur.fetchall(), _info
+
+    # --- Approvals --------------------------------------------------------------------------
+
+    def wait(self, claim: Claim, approvals: Sequence[Approval]) -> None:
+        """Release the session held by ``claim`` as ``WAITING`` for ``approvals``, in one transaction."""
+        calls = check_wait(claim, approvals)
+        key = encode_text(claim.session_id)
+        params = {"id": key, "token": claim.token, "body": encode(calls), "pending": pending_count(calls)}
+        with self._transaction("wait for approval", claim.session_id) as conn:
+            waited = _cursor(conn).execute(_WAIT, (key, claim.token))
+            conn.execute(_PUT_APPROVALS, params)
+        if waited.rowcount == 0:
+            raise superseded(claim)
+
+    def approvals(self, session_id: str) -> list[Approval]:
+        """The calls of the session's latest wait, decided or not."""
+        key = encode_text(check_session_id(session_id))
+        with self._transaction("read the approvals", session_id) as conn:
+            cur = _cursor(conn).execute(_SELECT_APPROVALS, (key,))
+        row = cur.fetchone()
+        return decode(row[0] if row else None, session_id)
+
+    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
+        """Record ``decisions`` on the waiting calls, all or none, in one conditional write; the state after."""
+        key = encode_text(check_session_id(session_id))
+
+        def read() -> tuple[str | None, datetime.datetime | None, str | None, datetime.datetime]:
+            with self._transaction("read the approvals", session_id) as conn:
+                cur = _cursor(conn).execute(_SELECT_DECIDING, (key,))
+            row = cur.fetchone()
+            return (row[0], row[1], row[2], row[3]) if row else (None, None, None, utcnow())
+
+        def swap(old: str | None, new: str, pending: int) -> bool:
+            params = {"new": new, "pending": pending, "id": key, "old": old}
+            with self._transaction("record the decisions", session_id) as conn:
+                cur = _cursor(conn).execute(_SWAP_APPROVALS, params)
+            return cur.rowcount > 0
+
+        return kit_approvals.decide(session_id, decisions, read=read, swap=swap)
 
     @contextmanager
     def _transaction(self, action: str, session_id: str | None = None) -> Iterator[_Connection]:
@@ -525,7 +632,7 @@ class PostgresStore:
             with (
                 translated(psycopg.Error, "PostgreSQL store", action, session_id, known=self._known, failure=failure),
                 borrowing(watch),
-                self.pool.connection(timeout=self.timeout) as conn,
+                borrowed(self.pool, watch) as conn,
             ):
                 watch.attach(conn)
                 try:
@@ -540,6 +647,9 @@ class PostgresStore:
         if watch.cut:
             late = f"no answer from PostgreSQL within the store's timeout of {self.timeout:g} s"
             return StoreError(f"{what}: {late}; the connection was closed")
+        if isinstance(error, PoolTimeout):
+            busy = f"the pool lent no connection within the store's timeout of {self.timeout:g} s"
+            return StoreError(f"{what}: {busy} (all {self.pool.max_size} busy, or none could connect)")
         if isinstance(error, psycopg.errors.UndefinedTable):
             return SchemaMissingError(
                 f"{what}: its tables are missing ({first_line(error)}); "
@@ -551,11 +661,14 @@ class PostgresStore:
 def check_connection(conn: psycopg.Connection[Any], *, timeout: float = CHECK_TIMEOUT) -> None:
     """A pool's ``check``: ``ConnectionPool.check_connection``, bounded in time.
 
-    It sends the same empty query. If no answer comes within ``timeout`` seconds, or by
-    the deadline of the store call waiting for the connection if that comes first, it
-    shuts the connection's socket down and raises ``psycopg.OperationalError``; the pool
-    then drops the connection and lends another. Pass ``check=postgres.check_connection``
-    (or a ``functools.partial`` of it with another ``timeout``) to ``ConnectionPool``.
+    :class:`PostgresStore` does not need it: it finds a connection the server dropped
+    without a round trip, and a check costs one on every borrow. For a pool other code
+    shares too: it sends the same empty query; if no answer comes within ``timeout``
+    seconds, or by the deadline of the store call waiting for the connection if that comes
+    first, it shuts the connection's socket down and raises ``psycopg.OperationalError``;
+    the pool then drops the connection and lends another. Pass
+    ``check=postgres.check_connection`` (or a ``functools.partial`` of it with another
+    ``timeout``) to ``ConnectionPool``.
     """
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < 10**6:
         raise ValueError(f"timeout is a number of seconds above 0, got {timeout!r:.80}")
@@ -639,11 +752,13 @@ def _one(cur: psycopg.Cursor[tuple[Any, ...]]) -> tuple[Any, ...]:
 
 
 def _info(row: tuple[Any, ...]) -> SessionInfo:
-    key, length, updated, run_state, holder, expires, cancel, pending, now = row
+    key, length, updated, run_state, holder, expires, cancel, pending, now, undecided, metadata = row
     session_id = decode_text(key)
     state = derive_state(run_state, expires, now, session_id)
+    waits = (undecided or 0) if state is RunState.WAITING else 0
+    holder, expires = values.text(holder), values.utc(expires)
     return SessionInfo(
-        session_id, length, values.utc(updated), state, values.text(holder), values.utc(expires), pending, cancel
+        session_id, length, values.utc(updated), state, holder, expires, pending, cancel, waits, metadata or {}
     )
 
 

@@ -35,8 +35,8 @@ __all__ = [
     "read_version",
 ]
 
-SCHEMA_VERSION = 2
-"""The version of the schema this release creates and needs (2: steer keys)."""
+SCHEMA_VERSION = 4
+"""The version of the schema this release creates and needs (2: steer keys; 3: approvals; 4: session metadata)."""
 
 LOCK = 0x6167_656E_7473_6573  # "agentses": the advisory lock every migration of any schema takes
 
@@ -60,6 +60,38 @@ CREATE TABLE IF NOT EXISTS agentsessions_steer_keys (
 );
 """
 
+# Version 3: the calls of a session's latest wait for approval (agentsessions.approvals), as one
+# JSON text (never jsonb: a tool call's input is kept byte for byte), and how many are
+# undecided; run_state 'waiting' while the session waits. The state check is widened: a
+# version-2 replica never writes 'waiting', and refuses to claim a session it does not know.
+_APPROVALS = """
+CREATE TABLE IF NOT EXISTS agentsessions_approvals (
+    session_id  bytea       PRIMARY KEY,
+    body        text        NOT NULL,
+    pending     integer     NOT NULL
+);
+"""
+_STATES = "('running', 'finished', 'cancelled', 'failed', 'waiting')"
+_WIDEN_STATES = (
+    "ALTER TABLE agentsessions_sessions DROP CONSTRAINT IF EXISTS agentsessions_sessions_run_state_check",
+    f"ALTER TABLE agentsessions_sessions ADD CONSTRAINT agentsessions_sessions_run_state_check "
+    f"CHECK (run_state IN {_STATES})",
+)
+
+# Version 4: each session's metadata, a row per pair, and an index from a pair to its
+# sessions, so listing one user's sessions reads that user's rows, not every session. Keys
+# and values are text (the library refuses NUL and lone surrogates in them) in the "C"
+# collation: compared byte for byte, as ids are.
+_METADATA = """
+CREATE TABLE IF NOT EXISTS agentsessions_metadata (
+    session_id  bytea       NOT NULL,
+    mkey        text        COLLATE "C" NOT NULL,
+    mvalue      text        COLLATE "C" NOT NULL,
+    PRIMARY KEY (session_id, mkey)
+);
+CREATE INDEX IF NOT EXISTS agentsessions_metadata_by_pair ON agentsessions_metadata (mkey, mvalue, session_id);
+"""
+
 # Ids, holders and steers are bytea of their UTF-8 (surrogates passed through): text
 # cannot hold NUL, and bytes compare exactly, so no collation can make `a` equal `A` or
 # `a `. Message bodies are codec JSON in text, never jsonb, which would reorder keys,
@@ -79,7 +111,7 @@ CREATE TABLE IF NOT EXISTS agentsessions_sessions (
     revision         bigint           NOT NULL,
     length           integer          NOT NULL,
     updated_at       timestamptz,
-    run_state        text             CHECK (run_state IN ('running', 'finished', 'cancelled', 'failed')),
+    run_state        text             CHECK (run_state IN {_STATES}),
     token            bigint           NOT NULL DEFAULT 0,
     holder           bytea,
     lease            double precision NOT NULL DEFAULT 0,
@@ -101,6 +133,8 @@ CREATE TABLE IF NOT EXISTS agentsessions_steers (
 CREATE INDEX IF NOT EXISTS agentsessions_steers_by_session ON agentsessions_steers (session_id, seq);
 CREATE SEQUENCE IF NOT EXISTS agentsessions_tokens;"""
     + _STEER_KEYS
+    + _APPROVALS
+    + _METADATA
 )
 """This version's whole schema, from nothing, its version row included: run it once per database."""
 
@@ -115,10 +149,16 @@ def _record(version: int) -> str:
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [_VERSIONS.strip().rstrip(";"), _STEER_KEYS.strip().rstrip(";"), _record(2)],
+    2: [_APPROVALS.strip().rstrip(";"), *_WIDEN_STATES, _record(3)],
+    3: [*(statement.strip() for statement in _METADATA.split(";") if statement.strip()), _record(4)],
 }
 """From a version to the statements that bring it to the next, each idempotent; never run by the library on its own."""
 
-_SUMMARIES = {1: "steer keys (table agentsessions_steer_keys) and the schema version table"}
+_SUMMARIES = {
+    1: "steer keys (table agentsessions_steer_keys) and the schema version table",
+    2: "approvals (table agentsessions_approvals, run state 'waiting')",
+    3: "session metadata (table agentsessions_metadata, indexed by pair)",
+}
 
 _VERSION = f"SELECT max(version) FROM {VERSION_TABLE}"
 _SESSIONS_TABLE = "SELECT to_regclass('agentsessions_sessions') IS NOT NULL"

@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime
 import functools
 import secrets
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -30,9 +30,11 @@ try:
 except ImportError as error:  # pragma: no cover - depends on what is installed
     raise ImportError("agentsessions.stores.redis needs redis (redis-py): pip install agentsessions[redis]") from error
 
+from agentsessions.approvals import Approval, Decision, pending_error
 from agentsessions.codec import decode_text, dump_message, encode_text
 from agentsessions.errors import ConflictError
 from agentsessions.messages import Message
+from agentsessions.metadata import check_metadata, from_pair_texts, metadata_filter, pair_texts
 from agentsessions.runs import (
     Claim,
     Progress,
@@ -48,7 +50,9 @@ from agentsessions.runs import (
     unknown_state,
 )
 from agentsessions.session import check_fork_at, check_session_id
+from agentsessions.stores.kit import approvals as kit_approvals
 from agentsessions.stores.kit import arguments, steerkeys, values
+from agentsessions.stores.kit.approvals import check_wait, decode, encode, pending_count
 from agentsessions.stores.kit.failures import could_not, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
@@ -116,6 +120,8 @@ class RedisStore:
         self._fork, self._claim, self._renew = register(scripts.FORK), register(scripts.CLAIM), register(scripts.RENEW)
         self._read_version = register(VERSION)
         self._version: int | None = None  # read (or, for a new prefix, recorded) at the first call
+        self._wait, self._decide = register(scripts.WAIT), register(scripts.DECIDE)
+        self._set_metadata = register(scripts.SET_METADATA)
 
     def __repr__(self) -> str:
         # Host, port and db only: the connection's keyword arguments also hold the password.
@@ -205,7 +211,7 @@ class RedisStore:
         key = encode_text(check_session_id(session_id))
         with self._errors("read the record", session_id):
             pipe = self.client.pipeline(transaction=True)
-            pipe.hmget(self._record(key), ["u", "st", "h", "x", "c"])
+            pipe.hmget(self._record(key), ["u", "st", "h", "x", "c", "pa", "md"])
             pipe.llen(self._messages(key))
             pipe.zcard(self._steers(key))
             pipe.time()
@@ -216,24 +222,41 @@ class RedisStore:
             session_id, stamp, [b"" if f is None else f for f in fields], length, pending, seconds * 10**6 + micros
         )
 
+    def set_metadata(self, session_id: str, metadata: Mapping[str, str]) -> None:
+        """Make ``metadata`` the session's whole metadata, and move it between pairs' indexes, in one script."""
+        key = encode_text(check_session_id(session_id))
+        pairs = _pairs(check_metadata(metadata))
+        with self._errors("set the metadata", session_id):
+            self._set_metadata([self._record(key), self._index], [key, b"\n".join(pairs)])
+
     def sessions(
-        self, *, state: RunState | Collection[RunState] | None = None, updated_before: datetime.datetime | None = None
+        self,
+        *,
+        state: RunState | Collection[RunState] | None = None,
+        updated_before: datetime.datetime | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> Iterator[SessionInfo]:
-        """Every session, newest update first (never saved last, ties by id), fetched in pages."""
-        states, before = state_filter(state), check_updated_before(updated_before)
+        """Every session (holding each pair of ``metadata``), newest update first (never saved last), in pages."""
+        states, before, pairs = state_filter(state), check_updated_before(updated_before), metadata_filter(metadata)
+        # One pair's index holds its sessions alone; the other pairs are checked on what it lists.
+        index = self._index if not pairs else self._prefix + b"p:" + _pairs(pairs)[0]
         if before is None:
-            return self._listing(states, b"+", b"-")
+            return self._listing(index, states, pairs, b"+", b"-")
         # Exclusive of the stamp itself: a member stamped `before` sorts after it. The lower
         # bound leaves out the never-saved records, which updated_before excludes.
-        return self._listing(states, b"(" + _stamp(before), b"[" + b"0" * 15 + b"1")
+        return self._listing(index, states, pairs, b"(" + _stamp(before), b"[" + b"0" * 15 + b"1")
 
-    def _listing(self, states: frozenset[RunState] | None, high: bytes, low: bytes) -> Iterator[SessionInfo]:
-        infos = pages(functools.partial(self._read_page, high, low), _after, "Redis store", PAGE_SIZE)
-        yield from (info for info in infos if states is None or info.state in states)
+    def _listing(
+        self, index: bytes, states: frozenset[RunState] | None, pairs: dict[str, str] | None, high: bytes, low: bytes
+    ) -> Iterator[SessionInfo]:
+        infos = pages(functools.partial(self._read_page, index, high, low), _after, "Redis store", PAGE_SIZE)
+        for info in infos:
+            if (states is None or info.state in states) and (pairs is None or pairs.items() <= info.metadata.items()):
+                yield info
 
-    def _read_page(self, high: bytes, low: bytes, bound: bytes | None) -> Page[Any]:
+    def _read_page(self, index: bytes, high: bytes, low: bytes, bound: bytes | None) -> Page[Any]:
         with self._errors("list the sessions"):
-            now, *rows = self._page([self._index], [bound or high, low, PAGE_SIZE, self._prefix])
+            now, *rows = self._page([index], [bound or high, low, PAGE_SIZE, self._prefix])
         return rows, functools.partial(_listed_info, now=int(now))
 
     def delete(self, session_id: str) -> bool:
@@ -280,7 +303,45 @@ class RedisStore:
             raise unknown_state(_text(outcome[1]) or "", session_id)
         if outcome[0] == 0:
             raise busy(session_id, _text(outcome[1]), _time(outcome[2]))
+        if outcome[0] == -2:
+            raise pending_error(session_id, int(outcome[1]))
         return Claim(session_id, int(outcome[0]), replica, lease, took_over=outcome[1] == 1)
+
+    # --- Approvals --------------------------------------------------------------------------
+
+    def wait(self, claim: Claim, approvals: Sequence[Approval]) -> None:
+        """Release the session held by ``claim`` as ``WAITING`` for ``approvals``, in one script."""
+        calls = check_wait(claim, approvals)
+        key = encode_text(claim.session_id)
+        with self._errors("wait for approval", claim.session_id):
+            waited = self._wait([self._record(key)], [claim.token, encode(calls), pending_count(calls)])
+        if not waited:
+            raise superseded(claim)
+
+    def approvals(self, session_id: str) -> list[Approval]:
+        """The calls of the session's latest wait, decided or not."""
+        key = encode_text(check_session_id(session_id))
+        with self._errors("read the approvals", session_id):
+            text = self.client.hget(self._record(key), "ap")
+        return decode(None if text is None else bytes(text).decode("utf-8"), session_id)  # type: ignore[arg-type]
+
+    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
+        """Record ``decisions`` on the waiting calls, all or none, in one conditional script; the state after."""
+        record = self._record(encode_text(check_session_id(session_id)))
+
+        def read() -> tuple[str | None, datetime.datetime | None, str | None, datetime.datetime]:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hmget(record, ["st", "x", "ap"])
+            pipe.time()
+            (stored, expires, text), (seconds, micros) = pipe.execute()
+            body = None if text is None else bytes(text).decode("utf-8")
+            return _text(stored) or None, _time(expires), body, values.moment(seconds * 10**6 + micros)
+
+        def swap(old: str | None, new: str, pending: int) -> bool:
+            return bool(self._decide([record], [old or "", new, pending]))
+
+        with self._errors("record the decisions", session_id):
+            return kit_approvals.decide(session_id, decisions, read=read, swap=swap)
 
     def peek_steers(self, session_id: str) -> list[Steer]:
         """The waiting steers, oldest first, left in place."""
@@ -397,17 +458,25 @@ def _tail(plan: SavePlan, known: int | None, revision: int) -> list[Any]:
     return ["" if known is None else known, keep, revision, *bodies]
 
 
+def _pairs(metadata: Mapping[str, str]) -> list[bytes]:
+    """How the record and the pairs' indexes name each pair: its JSON text in UTF-8."""
+    return [text.encode() for text in pair_texts(metadata)]
+
+
 def _info(session_id: str, stamp: bytes, fields: Sequence[bytes], length: int, pending: int, now: int) -> SessionInfo:
-    stored, holder, expires, cancel = fields
+    stored, holder, expires, cancel, undecided, md = fields
+    state = derive_state(_text(stored) or None, _time(expires), values.moment(now), session_id)
     return SessionInfo(
         session_id,
         length,
         None if stamp == _NEVER else values.moment(stamp),
-        derive_state(_text(stored) or None, _time(expires), values.moment(now), session_id),
+        state,
         _text(holder) if stored else None,
         _time(expires),
         pending,
         cancel == b"1",
+        int(undecided or 0) if state is RunState.WAITING else 0,
+        from_pair_texts(md.split(b"\n")) if md else {},
     )
 
 

@@ -9,8 +9,10 @@ releases before versions were recorded, and the store refuses it by name until
 ``agentsessions migrate`` ran.
 
 Version 2 (steer keys) adds the hash ``<prefix>k:<id>`` per session, written by the steer's
-own script beside the steers it guards: a session without that key simply holds no keys, so
-the step from 1 to 2 only records the version. A migration runs under a lock that lapses
+own script beside the steers it guards; version 3 (approvals) fields of the record; version 4
+(session metadata) a sorted set per metadata pair, kept by the scripts that write a
+session. A session without them simply holds none, so each step only records its version.
+A migration runs under a lock that lapses
 (``SET <prefix>migrate <token> NX PX``, renewed while held), so replicas starting
 ``agentsessions migrate`` at once apply each step once, and one killed while holding it
 blocks the others for one lease at most.
@@ -40,8 +42,9 @@ __all__ = [
     "migrator",
 ]
 
-SCHEMA_VERSION = 2
-"""The version of the key layout this release writes and needs (2: steer keys)."""
+SCHEMA_VERSION = 4
+"""The version of the key layout this release writes and needs (2: steer keys; 3: approvals; 4: session
+metadata)."""
 
 LOCK_LEASE = 10.0
 """Seconds a migration's lock lasts unless renewed (a third of it apart while held)."""
@@ -67,13 +70,17 @@ RECORD = "HSETNX {schema} {version} {applied}"
 """The one command of every step so far: it records ``{version}`` in the version hash ``{schema}`` unless
 recorded (``{applied}`` says when and by what)."""
 
-MIGRATIONS: dict[int, list[str]] = {1: [RECORD]}
+MIGRATIONS: dict[int, list[str]] = {1: [RECORD], 2: [RECORD], 3: [RECORD]}
 """From a version to the ``redis-cli`` commands that bring it to the next, each idempotent; never run by
-the library on its own. Version 2 keeps steer keys in a hash per session that a session without keys
-has not: nothing changes but the version recorded."""
+the library on its own. Steer keys, approvals and metadata live in keys a session without them has not:
+nothing changes but the version recorded."""
 
-_SUMMARIES = {1: "steer keys (a hash <prefix>k:<id> per session, made by the steer that keeps one): records version 2"}
-_CREATE = "a new store: records version 2"
+_SUMMARIES = {
+    1: "steer keys (a hash <prefix>k:<id> per session, made by the steer that keeps one): records version 2",
+    2: "approvals (fields of the session's record): records version 3",
+    3: "session metadata (a sorted set per pair, made by the scripts that set it): records version 4",
+}
+_CREATE = "a new store: records this version"
 
 # Releases the lock only if this holder still has it; renews it likewise.
 _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"

@@ -9,7 +9,11 @@ under the store's prefix ``P``; ``<id>`` is the session id's ``encode_text`` byt
   until the first save), ``st`` the run state (absent until the first claim), ``tok`` the
   fencing token, ``h`` the holder, ``lm`` the lease in microseconds, ``x`` when the lease
   expires (microseconds), ``c`` ``1`` when a cancel was asked, ``n`` the nonce of the claim
-  that made the token, ``o`` ``1`` when that claim took over a lapsed lease (for its retry).
+  that made the token, ``o`` ``1`` when that claim took over a lapsed lease (for its retry),
+  ``ap`` the calls of the latest wait for approval (``agentsessions.approvals``' JSON text)
+  and ``pa`` how many are undecided.
+  ``md`` the metadata: its pairs, each the JSON text of ``[key, value]``, sorted and joined
+  by newlines (JSON text holds no raw newline); absent when there is none.
 - ``P m:<id>``: the transcript, a list of ``dump_message`` bodies, one per message.
 - ``P q:<id>``: the pending steers, a sorted set scored by seq; each member is the seq in
   16 digits, the adding call's 8-byte nonce, then the text: equal texts stay distinct, and
@@ -20,6 +24,9 @@ under the store's prefix ``P``; ``<id>`` is the session id's ``encode_text`` byt
 - ``P sessions``: every record, a sorted set of score 0 whose members are ``u`` followed by
   the id: by lexicographic order, that is (updated_at, id), which ``sessions()`` pages
   through newest first with exclusive bounds, each session once.
+- ``P p:<pair>``: the sessions holding one metadata pair (``<pair>`` as in ``md``), a sorted
+  set like ``P sessions``, kept in step with it by every script that moves a session there:
+  listing one user's sessions pages through that user's set alone.
 - ``P counters``: a hash with the ``tokens`` and ``steers`` counters, never reset by delete.
 
 Times come from the server's ``TIME``, one clock for every replica.
@@ -50,13 +57,25 @@ local function ensure(rec, index, id)
     redis.call('ZADD', index, 0, NEVER .. id)
   end
 end
--- Sets updated_at to now and moves the session to its new place in the index.
+-- The metadata pairs' index keys: the store's prefix is the index key without 'sessions'.
+local function pair_keys(index, md)
+  local keys = {}
+  if md then
+    local prefix = string.sub(index, 1, -9)
+    for pair in string.gmatch(md, '[^\\n]+') do keys[#keys + 1] = prefix .. 'p:' .. pair end
+  end
+  return keys
+end
+-- Sets updated_at to now and moves the session to its new place in the index and its pairs' indexes.
 local function touch(rec, index, id, now)
-  local old = redis.call('HGET', rec, 'u')
-  if old then redis.call('ZREM', index, old .. id) end
+  local r = redis.call('HMGET', rec, 'u', 'md')
+  local old = r[1]
   local stamp = string.format('%016.0f', now)
   redis.call('HSET', rec, 'u', stamp)
-  redis.call('ZADD', index, 0, stamp .. id)
+  for _, key in ipairs({index, unpack(pair_keys(index, r[2]))}) do
+    if old then redis.call('ZREM', key, old .. id) end
+    redis.call('ZADD', key, 0, stamp .. id)
+  end
 end
 -- Replaces the list after its first `keep` items by ARGV[first..], in chunks (unpack has a limit).
 local function write(list, keep, first)
@@ -165,8 +184,8 @@ end
 return taken
 """
 
-# KEYS: index. ARGV: max bound, min bound, page size, prefix.
-# Returns {now, {member, u, st, h, x, c, length, pending}...}, newest first.
+# KEYS: index (or one metadata pair's). ARGV: max bound, min bound, page size, prefix.
+# Returns {now, {member, st, h, x, c, pa, md, length, pending}...}, newest first.
 PAGE = (
     _COMMON
     + """
@@ -174,8 +193,8 @@ local members = redis.call('ZRANGE', KEYS[1], ARGV[1], ARGV[2], 'BYLEX', 'REV', 
 local out = {int(now_micros())}
 for _, member in ipairs(members) do
   local id = string.sub(member, 17)
-  local r = redis.call('HMGET', ARGV[4] .. 's:' .. id, 'st', 'h', 'x', 'c')
-  out[#out + 1] = {member, r[1] or '', r[2] or '', r[3] or '', r[4] or '',
+  local r = redis.call('HMGET', ARGV[4] .. 's:' .. id, 'st', 'h', 'x', 'c', 'pa', 'md')
+  out[#out + 1] = {member, r[1] or '', r[2] or '', r[3] or '', r[4] or '', r[5] or '', r[6] or '',
                    redis.call('LLEN', ARGV[4] .. 'm:' .. id), redis.call('ZCARD', ARGV[4] .. 'q:' .. id)}
 end
 return out
@@ -184,12 +203,36 @@ return out
 
 # KEYS: record, messages, steers, index, steer keys. ARGV: id. Returns how many keys went
 # (not counting the steer keys: a session that has them has its record).
-DELETE = """
-local u = redis.call('HGET', KEYS[1], 'u')
-if u then redis.call('ZREM', KEYS[4], u .. ARGV[1]) end
+DELETE = (
+    _COMMON
+    + """
+local r = redis.call('HMGET', KEYS[1], 'u', 'md')
+if r[1] then
+  for _, key in ipairs({KEYS[4], unpack(pair_keys(KEYS[4], r[2]))}) do redis.call('ZREM', key, r[1] .. ARGV[1]) end
+end
 redis.call('UNLINK', KEYS[5])
 return redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3])  -- a long transcript is freed in the background
 """
+)
+
+# KEYS: record, index. ARGV: id, the new metadata ('' for none). Moves the session out of its
+# old pairs' indexes and into the new ones', at its place in the index. Returns 1.
+SET_METADATA = (
+    _COMMON
+    + """
+ensure(KEYS[1], KEYS[2], ARGV[1])
+local r = redis.call('HMGET', KEYS[1], 'u', 'md')
+local member = r[1] .. ARGV[1]
+for _, key in ipairs(pair_keys(KEYS[2], r[2])) do redis.call('ZREM', key, member) end
+if ARGV[2] == '' then
+  redis.call('HDEL', KEYS[1], 'md')
+else
+  redis.call('HSET', KEYS[1], 'md', ARGV[2])
+  for _, key in ipairs(pair_keys(KEYS[2], ARGV[2])) do redis.call('ZADD', key, 0, member) end
+end
+return 1
+"""
+)
 
 # KEYS: record. Returns 1 when a live run was asked to stop.
 CANCEL = (
@@ -230,15 +273,17 @@ return {1}
 
 # KEYS: record, counters, index. ARGV: id, replica, lease in microseconds, nonce.
 # Returns {token, 1 if it took over a lapsed lease else 0}, {0, holder, lease expiry} when a
-# live lease holds it, or {-1, state} for a state a newer version wrote (never taken over).
+# live lease holds it, {-1, state} for a state a newer version wrote (never taken over), or
+# {-2, undecided} while it waits for a decision.
 CLAIM = (
     _COMMON
     + """
 ensure(KEYS[1], KEYS[3], ARGV[1])
-local r = redis.call('HMGET', KEYS[1], 'st', 'x', 'h', 'n', 'tok', 'o')
+local r = redis.call('HMGET', KEYS[1], 'st', 'x', 'h', 'n', 'tok', 'o', 'pa')
 if r[1] == 'running' and r[4] == ARGV[4] then return {tonumber(r[5]), tonumber(r[6] or '0')} end  -- retried
-local known = {running = true, finished = true, cancelled = true, failed = true}
+local known = {running = true, finished = true, cancelled = true, failed = true, waiting = true}
 if r[1] and not known[r[1]] then return {-1, r[1]} end
+if r[1] == 'waiting' and r[7] ~= '0' then return {-2, r[7]} end  -- a call waits for a decision
 local now = now_micros()
 if r[1] == 'running' and tonumber(r[2]) > now then return {0, r[3], r[2]} end
 local token = redis.call('HINCRBY', KEYS[2], 'tokens', 1)
@@ -248,6 +293,27 @@ redis.call('HSET', KEYS[1], 'st', 'running', 'tok', token, 'h', ARGV[2], 'lm', A
 return {token, took}
 """
 )
+
+# KEYS: record. ARGV: token, approvals text, undecided count. Returns 1 when the run holding
+# the claim released the session waiting (also when retried), 0 (nothing written) when superseded.
+WAIT = """
+local r = redis.call('HMGET', KEYS[1], 'tok', 'st', 'ap')
+if r[1] == ARGV[1] and r[2] == 'waiting' and r[3] == ARGV[2] then return 1 end  -- this wait, retried
+if r[1] ~= ARGV[1] or r[2] ~= 'running' then return 0 end
+redis.call('HSET', KEYS[1], 'st', 'waiting', 'c', '0', 'ap', ARGV[2], 'pa', ARGV[3])
+return 1
+"""
+
+# KEYS: record. ARGV: the approvals text read ('' for none), the new text, undecided count.
+# Returns 1 when it swapped (or a retry finds its own text), 0 when the session no longer
+# waits or another decision came since the read: kit.approvals.decide reads again.
+DECIDE = """
+local r = redis.call('HMGET', KEYS[1], 'st', 'ap')
+if r[2] == ARGV[2] then return 1 end  -- this decision, retried after its reply was lost
+if r[1] ~= 'waiting' or (r[2] or '') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'ap', ARGV[2], 'pa', ARGV[3])
+return 1
+"""
 
 # KEYS: the claims' records. ARGV: their tokens. Returns per claim 0 (lost), 1 (renewed) or
 # 2 (renewed, and asked to cancel).

@@ -23,14 +23,16 @@ import functools
 import os
 import sqlite3
 import threading
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from agentsessions.approvals import Approval, Decision, pending_error
 from agentsessions.codec import decode_text, encode_text
 from agentsessions.errors import ConflictError
 from agentsessions.messages import Message
+from agentsessions.metadata import check_metadata, load_metadata, metadata_filter
 from agentsessions.runs import (
     ENDINGS,
     Claim,
@@ -47,7 +49,9 @@ from agentsessions.runs import (
     utcnow,
 )
 from agentsessions.session import check_fork_at, check_session_id
+from agentsessions.stores.kit import approvals as kit_approvals
 from agentsessions.stores.kit import arguments, steerkeys, values
+from agentsessions.stores.kit.approvals import check_wait, decode, encode, pending_count
 from agentsessions.stores.kit.failures import translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
@@ -110,14 +114,43 @@ _COPY_MESSAGES = """
 INSERT INTO agentsessions_messages (session_id, position, body)
 SELECT ?, position, body FROM agentsessions_messages WHERE session_id = ? AND position < ? ORDER BY position
 """
+_DELETE_METADATA = "DELETE FROM agentsessions_metadata WHERE session_id = ?"
+_INSERT_METADATA = "INSERT INTO agentsessions_metadata (session_id, mkey, mvalue) VALUES (?, ?, ?)"
 _DELETE_SESSION = (
+    _DELETE_METADATA,
     "DELETE FROM agentsessions_messages WHERE session_id = ?",
     "DELETE FROM agentsessions_steers WHERE session_id = ?",
     "DELETE FROM agentsessions_steer_keys WHERE session_id = ?",
     "DELETE FROM agentsessions_sessions WHERE id = ?",
 )
+_DELETE_APPROVALS = "DELETE FROM agentsessions_approvals WHERE session_id = ?"
+# A wait is released by the run holding the session: its token must still be the record's.
+_WAIT = """
+UPDATE agentsessions_sessions SET run_state = 'waiting', cancel_requested = 0
+WHERE id = ? AND token = ? AND run_state = 'running'
+"""
+_PUT_APPROVALS = """
+INSERT INTO agentsessions_approvals (session_id, body, pending) VALUES (?, ?, ?)
+ON CONFLICT (session_id) DO UPDATE SET body = excluded.body, pending = excluded.pending
+"""
+_SELECT_APPROVALS = "SELECT body FROM agentsessions_approvals WHERE session_id = ?"
+_SELECT_DECIDING = """
+SELECT s.run_state, s.lease_expires_at, a.body FROM agentsessions_sessions AS s
+LEFT JOIN agentsessions_approvals AS a ON a.session_id = s.id WHERE s.id = ?
+"""
+# The swap of kit.approvals.decide: only over the text read, and only while the session waits.
+_SWAP_APPROVALS = """
+UPDATE agentsessions_approvals SET body = ?, pending = ?
+WHERE session_id = ? AND body = ?
+  AND EXISTS (SELECT 1 FROM agentsessions_sessions WHERE id = ? AND run_state = 'waiting')
+"""
+_PENDING = "SELECT pending FROM agentsessions_approvals WHERE session_id = ?"
 _INFO_COLUMNS = """id, length, updated_at, run_state, holder, lease_expires_at, cancel_requested,
-       (SELECT count(*) FROM agentsessions_steers WHERE session_id = s.id)"""
+       (SELECT count(*) FROM agentsessions_steers WHERE session_id = s.id),
+       (SELECT pending FROM agentsessions_approvals WHERE session_id = s.id),
+       (SELECT json_group_object(mkey, mvalue) FROM agentsessions_metadata WHERE session_id = s.id)"""
+# One pair of sessions(metadata=...): the session ids the pair's index gives.
+_HOLDS_PAIR = " AND id IN (SELECT session_id FROM agentsessions_metadata WHERE mkey = :k{n} AND mvalue = :v{n})"
 _INFO = f"SELECT {_INFO_COLUMNS} FROM agentsessions_sessions AS s WHERE id = ?"
 # Keyset pages over the (updated_at, id) index, newest first; SQLite sorts NULL lowest, so
 # never-saved records come last, walked in a second pass (a row value with NULL compares NULL).
@@ -133,7 +166,7 @@ _STATE_SQL = {
     RunState.IDLE: "run_state IS NULL",
     RunState.RUNNING: "(run_state = 'running' AND lease_expires_at > :now)",
     RunState.STALLED: "(run_state = 'running' AND (lease_expires_at IS NULL OR lease_expires_at <= :now))",
-    **{state: f"run_state = '{state.value}'" for state in ENDINGS},
+    **{state: f"run_state = '{state.value}'" for state in (*ENDINGS, RunState.WAITING)},
 }
 
 
@@ -226,18 +259,36 @@ class SQLiteStore:
             row = self._connection().execute(_INFO, (key,)).fetchone()
         return SessionInfo(session_id) if row is None else _info(row, now)
 
+    def set_metadata(self, session_id: str, metadata: Mapping[str, str]) -> None:
+        """Make ``metadata`` the session's whole metadata, in one transaction; makes the record if there is none."""
+        key = encode_text(check_session_id(session_id))
+        pairs = check_metadata(metadata)
+        with self._errors("set the metadata", session_id), self._transaction() as db:
+            db.execute(_CREATE_RECORD, (key, new_revision()))
+            db.execute(_DELETE_METADATA, (key,))
+            db.executemany(_INSERT_METADATA, [(key, name, value) for name, value in pairs.items()])
+
     def sessions(
-        self, *, state: RunState | Collection[RunState] | None = None, updated_before: datetime.datetime | None = None
+        self,
+        *,
+        state: RunState | Collection[RunState] | None = None,
+        updated_before: datetime.datetime | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> Iterator[SessionInfo]:
-        """Every session, newest update first (never saved last, ties by id), fetched in pages."""
-        states, before = state_filter(state), check_updated_before(updated_before)
-        return self._listing(_where(states), _LATEST if before is None else values.micros(before), before is None)
+        """Every session (holding each pair of ``metadata``), newest update first (never saved last), in pages."""
+        states, before, pairs = state_filter(state), check_updated_before(updated_before), metadata_filter(metadata)
+        where, params = _where(states), dict[str, Any]()
+        for n, (name, value) in enumerate(sorted((pairs or {}).items())):
+            where += _HOLDS_PAIR.format(n=n)
+            params |= {f"k{n}": name, f"v{n}": value}
+        return self._listing(where, params, _LATEST if before is None else values.micros(before), before is None)
 
     def delete(self, session_id: str) -> bool:
         """Remove transcript, steers and record in one transaction; ``True`` if the session existed."""
         key = encode_text(check_session_id(session_id))
         with self._errors("delete", session_id), self._transaction() as db:
             removed = sum(db.execute(sql, (key,)).rowcount for sql in _DELETE_SESSION)
+            db.execute(_DELETE_APPROVALS, (key,))  # not counted: a session with approvals has its record
         self._known.forget(session_id)
         return removed > 0
 
@@ -271,6 +322,8 @@ class SQLiteStore:
             state = _state(run_state, expires, now, session_id)
             if state is RunState.RUNNING:
                 raise busy(session_id, values.text(holder), _datetime(expires))
+            if run_state == RunState.WAITING and (pending := db.execute(_PENDING, (key,)).fetchone()) and pending[0]:
+                raise pending_error(session_id, pending[0])
             [(token,)] = db.execute(_NEXT_TOKEN).fetchall()
             db.execute(_CLAIM, (token, encode_text(replica), lease, now + values.span(lease), key))
         return Claim(session_id, token, replica, lease, took_over=state is RunState.STALLED)
@@ -326,6 +379,40 @@ class SQLiteStore:
                     cancelling.add(claim)
         return Renewal(frozenset(lost), frozenset(cancelling))
 
+    # --- Approvals --------------------------------------------------------------------------
+
+    def wait(self, claim: Claim, approvals: Sequence[Approval]) -> None:
+        """Release the session held by ``claim`` as ``WAITING`` for ``approvals``, in one transaction."""
+        calls = check_wait(claim, approvals)
+        key = encode_text(claim.session_id)
+        with self._errors("wait for approval", claim.session_id), self._transaction() as db:
+            if db.execute(_WAIT, (key, claim.token)).rowcount == 0:
+                raise superseded(claim)
+            db.execute(_PUT_APPROVALS, (key, encode(calls), pending_count(calls)))
+
+    def approvals(self, session_id: str) -> list[Approval]:
+        """The calls of the session's latest wait, decided or not."""
+        key = encode_text(check_session_id(session_id))
+        with self._errors("read the approvals", session_id):
+            row = self._connection().execute(_SELECT_APPROVALS, (key,)).fetchone()
+        return decode(row[0] if row else None, session_id)
+
+    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
+        """Record ``decisions`` on the waiting calls, all or none, in one conditional write; the state after."""
+        key = encode_text(check_session_id(session_id))
+
+        def read() -> tuple[str | None, datetime.datetime | None, str | None, datetime.datetime]:
+            now = _now()
+            row = self._connection().execute(_SELECT_DECIDING, (key,)).fetchone()
+            run_state, expires, body = row if row else (None, None, None)
+            return run_state, _datetime(expires), body, values.moment(now)
+
+        def swap(old: str | None, new: str, pending: int) -> bool:
+            return self._connection().execute(_SWAP_APPROVALS, (new, pending, key, old, key)).rowcount > 0
+
+        with self._errors("record the decisions", session_id):
+            return kit_approvals.decide(session_id, decisions, read=read, swap=swap)
+
     # --- Connections and transactions ------------------------------------------------------
 
     def close(self) -> None:
@@ -335,17 +422,18 @@ class SQLiteStore:
             connection.close()
             self._local.connection = None
 
-    def _listing(self, where: str, before: int, never_saved: bool) -> Iterator[SessionInfo]:
+    def _listing(self, where: str, params: dict[str, Any], before: int, never_saved: bool) -> Iterator[SessionInfo]:
         name, saved = f"SQLite store {self.path!r}", _SAVED_BELOW + where
-        yield from pages(
-            functools.partial(self._page, saved, saved, {"updated": before, "id": b""}), _after, name, PAGE_SIZE
-        )
+        first = {**params, "updated": before, "id": b""}
+        yield from pages(functools.partial(self._page, saved, saved, params, first), _after, name, PAGE_SIZE)
         if never_saved:  # updated_before excludes the never-saved records
-            never = functools.partial(self._page, _NEVER_SAVED + where, _NEVER_SAVED_BELOW + where, {})
+            never = functools.partial(self._page, _NEVER_SAVED + where, _NEVER_SAVED_BELOW + where, params, params)
             yield from pages(never, _after, name, PAGE_SIZE)
 
-    def _page(self, first: str, then: str, start: dict[str, Any], bound: dict[str, Any] | None) -> Page[Any]:
-        where, bound = (first, start) if bound is None else (then, bound)
+    def _page(
+        self, first: str, then: str, params: dict[str, Any], start: dict[str, Any], bound: dict[str, Any] | None
+    ) -> Page[Any]:
+        where, bound = (first, start) if bound is None else (then, {**params, **bound})
         # A page's `now` decides both the state filter and the states reported, so they agree.
         now = _now()
         with self._errors("list the sessions"):
@@ -430,7 +518,7 @@ def _hold(db: sqlite3.Connection, key: bytes) -> tuple[str | None, int | None, b
 
 
 def _info(row: Sequence[Any], now: int) -> SessionInfo:
-    key, length, updated, run_state, holder, expires, cancel, pending = row
+    key, length, updated, run_state, holder, expires, cancel, pending, undecided, metadata = row
     session_id = decode_text(key)
     return SessionInfo(
         session_id,
@@ -441,6 +529,8 @@ def _info(row: Sequence[Any], now: int) -> SessionInfo:
         _datetime(expires),
         pending,
         bool(cancel),
+        (undecided or 0) if run_state == RunState.WAITING else 0,
+        load_metadata(metadata),
     )
 
 

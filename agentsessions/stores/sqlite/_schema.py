@@ -21,8 +21,8 @@ from agentsessions.stores.kit.schema import VERSION_TABLE, Applied, Step, check_
 
 __all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION", "SQLiteMigrator", "migrator", "prepare"]
 
-SCHEMA_VERSION = 2
-"""The version of the schema this release creates and needs (2: steer keys)."""
+SCHEMA_VERSION = 4
+"""The version of the schema this release creates and needs (2: steer keys; 3: approvals; 4: session metadata)."""
 
 # One row per version applied. A file that has the session table and no row is version 1.
 _VERSIONS = f"""
@@ -51,6 +51,30 @@ CREATE TABLE IF NOT EXISTS agentsessions_steer_keys (
     digest      BLOB    NOT NULL,
     PRIMARY KEY (session_id, steer_key)
 ) WITHOUT ROWID;
+"""
+
+# Version 3: the calls of a session's latest wait for approval (agentsessions.approvals), as
+# one JSON text, and how many are undecided; run_state 'waiting' while the session waits.
+_APPROVALS = """
+CREATE TABLE IF NOT EXISTS agentsessions_approvals (
+    session_id  BLOB    PRIMARY KEY,
+    body        TEXT    NOT NULL,
+    pending     INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
+# Version 4: each session's metadata, a row per pair, and an index from a pair to its
+# sessions, so listing one user's sessions reads that user's rows, not every session.
+# Keys and values are TEXT (the library refuses NUL and lone surrogates in them), compared
+# with the BINARY collation: exact, as ids are.
+_METADATA = """
+CREATE TABLE IF NOT EXISTS agentsessions_metadata (
+    session_id  BLOB    NOT NULL,
+    mkey        TEXT    NOT NULL,
+    mvalue      TEXT    NOT NULL,
+    PRIMARY KEY (session_id, mkey)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS agentsessions_metadata_by_pair ON agentsessions_metadata (mkey, mvalue, session_id);
 """
 
 # Ids, holders and steers are BLOBs of their UTF-8 with surrogates passed through, so any
@@ -103,15 +127,23 @@ CREATE TABLE IF NOT EXISTS agentsessions_counters (
 INSERT OR IGNORE INTO agentsessions_counters (one, tokens, steers) VALUES (1, 0, 0);
 """
     + _STEER_KEYS
+    + _APPROVALS
+    + _METADATA
 )
 """The whole schema of this version, from nothing; the store runs it on a new file."""
 
 MIGRATIONS: dict[int, list[str]] = {
     1: sql_statements(_VERSIONS + _STEER_KEYS + _record(2), sqlite3.complete_statement),
+    2: sql_statements(_APPROVALS + _record(3), sqlite3.complete_statement),
+    3: sql_statements(_METADATA + _record(4), sqlite3.complete_statement),
 }
 """From a version to the statements that bring it to the next; the store runs them on open."""
 
-_SUMMARIES = {1: "steer keys (table agentsessions_steer_keys) and the schema version table"}
+_SUMMARIES = {
+    1: "steer keys (table agentsessions_steer_keys) and the schema version table",
+    2: "approvals (table agentsessions_approvals)",
+    3: "session metadata (table agentsessions_metadata, indexed by pair)",
+}
 
 _TABLES = "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('agentsessions_sessions', ?)"
 _VERSION = f"SELECT max(version) FROM {VERSION_TABLE}"

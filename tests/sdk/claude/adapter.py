@@ -14,8 +14,7 @@ from claude_agent_sdk import SessionKey, SessionStoreEntry
 
 from agentsessions.integrations._fenced import items
 from agentsessions.integrations.claude import PROVIDER, SessionStore, _store_id
-
-from ..conftest import current_store
+from tests.support.sdk_suites import current_store
 
 _numbers = itertools.count(1)
 

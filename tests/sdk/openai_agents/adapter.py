@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agentsessions.integrations.openai_agents import Session
-
-from ..conftest import current_store
+from tests.support.sdk_suites import current_store
 
 
 class _TestSession(Session):

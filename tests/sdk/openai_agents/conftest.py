@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import deselect
+from tests.support.sdk_suites import deselect
 
 FOLDER = Path(__file__).parent
 

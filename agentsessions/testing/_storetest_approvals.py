@@ -1,0 +1,226 @@
+"""storetest's properties for stores that keep approvals (:class:`~agentsessions.approvals.ApprovalStore`).
+
+A run releases its session ``WAITING`` for some calls; the store keeps each call's id, tool
+and input verbatim, reports the wait in ``info`` and in listings, refuses a claim while a call
+is undecided, and records decisions in one atomic step: once per call, all or none, a
+retry of the same decision recording nothing, and among racing deciders exactly one.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentsessions.approvals import Approval, ApprovalStore, Decision
+from agentsessions.errors import ApprovalPendingError, ConflictError
+from agentsessions.messages import Message
+from agentsessions.runs import UTC, RunState
+from agentsessions.testing._storetest_support import TEXT, TOOL_INPUT, Context, check_equal, check_raises, run_threads
+
+WAIT = "a waiting session keeps its calls verbatim and is not claimed while one is undecided"
+DECIDE = "a call is decided once, in one atomic step, all or none"
+RACE = "racing deciders record one decision per call"
+
+APPROVAL_PROPERTIES: tuple[str, ...] = (WAIT, DECIDE, RACE)
+"""The properties run for an :class:`~agentsessions.approvals.ApprovalStore`, skipped for any other store."""
+
+_TOOL = st.from_regex(r"[a-zA-Z0-9_-]{1,64}", fullmatch=True)
+_TIME = st.datetimes(
+    min_value=datetime.datetime(2000, 1, 1), max_value=datetime.datetime(2100, 1, 1), timezones=st.just(UTC)
+)
+
+
+@st.composite
+def _calls(draw: st.DrawFn, min_size: int = 1, max_size: int = 4) -> list[Approval]:
+    ids = draw(st.lists(TEXT.filter(bool), min_size=min_size, max_size=max_size, unique=True))
+    return [Approval(call_id, draw(_TOOL), draw(TOOL_INPUT), draw(_TIME)) for call_id in ids]
+
+
+def _stores(context: Context) -> tuple[ApprovalStore, ApprovalStore]:
+    store, replica = context.runs
+    assert isinstance(store, ApprovalStore)
+    return store, replica if isinstance(replica, ApprovalStore) else store
+
+
+def _waiting(context: Context, calls: Sequence[Approval], name: str = "waiting") -> str:
+    """A new session released ``WAITING`` for ``calls`` by a run that saved one message."""
+    store, _ = context.runs
+    session_id = context.new_id(name)
+    claim = store.claim(session_id, replica="storetest", lease=30)
+    store.save_run(claim, [Message.user("do it")])
+    _stores(context)[0].wait(claim, calls)
+    return session_id
+
+
+def _check_wait(context: Context) -> None:
+    runs, runs_replica = context.runs
+    _, replica = _stores(context)
+
+    @context.fewer(2)
+    @given(calls=_calls())
+    def kept(calls: list[Approval]) -> None:
+        context.examples += 1
+        session_id = _waiting(context, calls)
+        check_equal(replica.approvals(session_id), calls, "approvals() of a session that waits")
+        info = runs_replica.info(session_id)
+        check_equal((info.state, info.pending_approvals), (RunState.WAITING, len(calls)), "info() of a waiting session")
+        check_equal(runs_replica.add_steer(session_id, "later"), RunState.WAITING, "a steer's state while waiting")
+        claim = functools.partial(runs.claim, session_id, replica="another", lease=30)
+        check_raises(ApprovalPendingError, claim, "a claim while a call is undecided")
+        check_equal(runs_replica.info(session_id).state, RunState.WAITING, "the state after a refused claim")
+        check_equal(runs_replica.cancel(session_id), False, "cancel() of a waiting session (no run holds it)")
+        runs.delete(session_id)
+        check_equal(replica.approvals(session_id), [], "approvals() of a deleted session")
+
+    kept()
+    _check_listing(context)
+    _check_superseded(context)
+
+
+def _check_listing(context: Context) -> None:
+    context.examples += 1
+    runs, runs_replica = context.runs
+    session_id = _waiting(context, [Approval("c1", "t", "{}", datetime.datetime.now(UTC))])
+    listed = [i.id for i in runs_replica.sessions(state=RunState.WAITING) if i.id == session_id]
+    check_equal(listed, [session_id], "sessions(state=WAITING)")
+    others = [i.id for i in runs_replica.sessions(state=RunState.FINISHED) if i.id == session_id]
+    check_equal(others, [], "sessions(state=FINISHED) listing a waiting session")
+    runs.delete(session_id)
+
+
+def _check_superseded(context: Context) -> None:
+    """A wait by a claim taken over (the lease lapsed) writes nothing."""
+    context.examples += 1
+    runs, runs_replica = context.runs
+    store, replica = _stores(context)
+    session_id = context.new_id("superseded")
+    old = runs.claim(session_id, replica="old", lease=0.05)
+    deadline = datetime.datetime.now(UTC) + datetime.timedelta(seconds=10)
+    while runs_replica.info(session_id).state is not RunState.STALLED and datetime.datetime.now(UTC) < deadline:
+        threading.Event().wait(0.02)
+    new = runs.claim(session_id, replica="new", lease=30)
+    call = [Approval("c1", "t", "{}", datetime.datetime.now(UTC))]
+    check_raises(ConflictError, functools.partial(store.wait, old, call), "wait() by a superseded claim")
+    check_equal((runs_replica.info(session_id).state, replica.approvals(session_id)), (RunState.RUNNING, []), "after")
+    runs.save_run(new, [], end=RunState.FINISHED)
+    runs.delete(session_id)
+
+
+def _check_decide(context: Context) -> None:
+    runs, runs_replica = context.runs
+    store, replica = _stores(context)
+
+    @context.fewer(2)
+    @given(calls=_calls(min_size=2), reason=TEXT, by=TEXT, data=st.data())
+    def once(calls: list[Approval], reason: str, by: str, data: st.DataObject) -> None:
+        context.examples += 1
+        session_id = _waiting(context, calls)
+        first, second, *rest = [a.call_id for a in calls]
+        unknown = data.draw(TEXT.filter(lambda t: bool(t) and t not in {a.call_id for a in calls}), label="unknown id")
+        mixed = {first: Decision.approve(), unknown: Decision.approve()}
+        check_raises(ConflictError, functools.partial(store.decide, session_id, mixed), "a batch naming an unknown id")
+        check_equal(replica.approvals(session_id), calls, "approvals after a refused batch (all or none)")
+        state = store.decide(session_id, {first: Decision.reject(reason=reason, by=by)})
+        check_equal(state, RunState.WAITING, "decide()'s state while calls are undecided")
+        check_equal(replica.decide(session_id, {first: Decision.reject()}), RunState.WAITING, "the same decision again")
+        again = functools.partial(replica.decide, session_id, {first: Decision.approve()})
+        check_raises(ConflictError, again, "the other decision on a decided call")
+        both = {second: Decision.approve(), first: Decision.approve()}
+        check_raises(ConflictError, functools.partial(store.decide, session_id, both), "a batch with one conflict")
+        check_equal(runs_replica.info(session_id).pending_approvals, len(calls) - 1, "pending after a refused batch")
+        got = replica.approvals(session_id)
+        check_equal([(a.decision, a.reason, a.by) for a in got[:1]], [("rejected", reason, by)], "the decision kept")
+        check_equal(got[0].decided_at is not None, True, "decided_at of a decided call")
+        check_equal(
+            [(a.call_id, a.tool, a.input, a.requested_at) for a in got],
+            [(a.call_id, a.tool, a.input, a.requested_at) for a in calls],
+            "the calls after decisions",
+        )
+        store.decide(session_id, {call_id: Decision.approve(by=by) for call_id in [second, *rest]})
+        info = runs_replica.info(session_id)
+        check_equal((info.state, info.pending_approvals), (RunState.WAITING, 0), "info once every call is decided")
+        claim = runs.claim(session_id, replica="resumer", lease=30)
+        check_equal(replica.approvals(session_id)[1].decision, "approved", "approvals() kept for the resumed run")
+        check_equal(store.decide(session_id, {second: Decision.approve()}), RunState.RUNNING, "a retry after resuming")
+        runs.save_run(claim, [], end=RunState.FINISHED)
+        check_equal(runs_replica.info(session_id).pending_approvals, 0, "pending approvals of a finished session")
+        runs.delete(session_id)
+
+    once()
+    _check_not_waiting(context)
+
+
+def _check_not_waiting(context: Context) -> None:
+    """An undecided call of a session that no longer waits cannot be decided."""
+    context.examples += 1
+    runs, _ = context.runs
+    store, replica = _stores(context)
+    session_id = context.new_id("never waited")
+    never = functools.partial(store.decide, session_id, {"c1": Decision.approve()})
+    check_raises(ConflictError, never, "a decision on a session that never waited")
+    bad_decisions: list[tuple[Any, type[Exception]]] = [
+        ({}, ValueError),
+        ({"c1": "yes"}, TypeError),
+        ([("c1", Decision.approve())], TypeError),
+    ]
+    for bad, error in bad_decisions:
+        check_raises(error, functools.partial(store.decide, session_id, bad), f"decide({bad!r})")
+    claim = runs.claim(session_id, replica="storetest", lease=30)
+    bad_calls_list: list[tuple[Any, type[Exception]]] = [
+        ([], ValueError),
+        ("calls", TypeError),
+        ([("c1", "t", "{}")], TypeError),
+    ]
+    for bad_calls, error in bad_calls_list:
+        check_raises(error, functools.partial(store.wait, claim, bad_calls), f"wait({bad_calls!r})")
+    check_equal(replica.approvals(session_id), [], "approvals after refused waits")
+    runs.save_run(claim, [], end=RunState.FINISHED)
+    runs.delete(session_id)
+
+
+def _check_race(context: Context) -> None:
+    runs, _ = context.runs
+    stores = _stores(context)
+    deciders = 6
+
+    @context.threaded
+    @given(calls=_calls(min_size=1, max_size=3))
+    def race(calls: list[Approval]) -> None:
+        context.examples += 1
+        session_id = _waiting(context, calls)
+        won: list[tuple[int, str]] = []
+        lock = threading.Lock()
+
+        def decider(n: int) -> Callable[[], None]:
+            def decide() -> None:
+                # Even deciders approve, odd ones reject: every call gets both decisions at once.
+                choice = Decision.approve(by=str(n)) if n % 2 == 0 else Decision.reject(by=str(n))
+                try:
+                    stores[n % 2].decide(session_id, {a.call_id: choice for a in calls})
+                except ConflictError:
+                    return
+                with lock:
+                    won.append((n % 2, choice.decision))
+
+            return decide
+
+        run_threads([decider(n) for n in range(deciders)])
+        kinds = {kind for _, kind in won}
+        check_equal(len(kinds), 1, f"the decisions that won a race of {deciders} deciders")
+        got = stores[1].approvals(session_id)
+        check_equal({a.decision for a in got}, kinds, "the decisions stored after the race")
+        runs.delete(session_id)
+
+    race()
+
+
+APPROVAL_CHECKS: dict[str, Callable[[Context], None]] = {WAIT: _check_wait, DECIDE: _check_decide, RACE: _check_race}
+"""What checks each approval property."""
+
+__all__ = ["APPROVAL_CHECKS", "APPROVAL_PROPERTIES"]

@@ -1,0 +1,265 @@
+"""Approvals: a tool call that waits for a person's decision, kept in the store (DESIGN sections 6 and 10).
+
+These show each rule over the memory store; storetest proves the store side on every store
+(tests/stores/test_storetest.py), and tests/stores/test_approval_races.py races deciders in
+separate processes on the persistent ones.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import pytest
+
+import agentsessions as agent
+from agentsessions.endpoints import ScriptedEndpoint
+from agentsessions.loop import IN_DOUBT
+from agentsessions.session import CANCELLED_WAIT
+from agentsessions.stores.memory import MemoryStore
+
+USER = agent.Message.user("tidy the files")
+
+
+def calls(*pairs: tuple[str, str]) -> agent.Message:
+    """An assistant message with one call per (tool, path), ids c1, c2..."""
+    return agent.Message(
+        agent.Role.ASSISTANT,
+        [agent.Content.tool_use(f"c{i}", name, json.dumps({"path": p})) for i, (name, p) in enumerate(pairs, 1)],
+    )
+
+
+class Tools:
+    """``delete`` needs approval, ``look`` never does, ``move`` only for paths under /etc; each logs its runs."""
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+
+        @agent.tool(needs_approval=True)
+        def delete(path: str) -> str:
+            """Delete a file."""
+            self.ran.append(f"delete {path}")
+            return f"deleted {path}"
+
+        @agent.tool
+        def look(path: str) -> str:
+            """Look at a file."""
+            self.ran.append(f"look {path}")
+            return f"{path}: 3 lines"
+
+        @agent.tool(needs_approval=lambda arguments: str(arguments["path"]).startswith("/etc"))
+        def move(path: str) -> str:
+            """Move a file."""
+            self.ran.append(f"move {path}")
+            return f"moved {path}"
+
+        self.all = (delete, look, move)
+
+
+def results(message: agent.Message) -> dict[str, agent.Content]:
+    return {c.tool_use_id: c for c in message.content if c.type is agent.ContentType.TOOL_RESULT}
+
+
+@pytest.fixture
+def setup() -> tuple[MemoryStore, agent.StoreSession, Tools, agent.Spec]:
+    store = MemoryStore()
+    session = agent.open("s", store)
+    tools = Tools()
+    return store, session, tools, agent.Spec(session=session, tools=tools.all)
+
+
+def test_a_call_that_needs_approval_stops_the_run_after_the_others_ran(setup: Any) -> None:
+    store, session, tools, spec = setup
+    endpoint = ScriptedEndpoint([calls(("look", "a"), ("delete", "a"), ("move", "/tmp/x"), ("move", "/etc/y"))])
+    result = agent.Runner().run(spec, [USER], endpoint)
+    assert result.stop_reason == agent.StopReason.APPROVAL_REQUIRED
+    assert agent.StopReason.APPROVAL_REQUIRED.value == "approval_required"
+    assert tools.ran == ["look a", "move /tmp/x"]
+    assert [(a.call_id, a.tool, a.input, a.decision) for a in result.approvals] == [
+        ("c2", "delete", '{"path": "a"}', None),
+        ("c4", "move", '{"path": "/etc/y"}', None),
+    ]
+    info = session.info()
+    assert (info.state, info.pending_approvals, info.length) == (agent.RunState.WAITING, 2, 3)
+    assert session.approvals() == result.approvals
+    assert set(results(session.messages()[-1])) == {"c1", "c3"}  # the others' results are saved
+    assert [i.id for i in store.sessions(state=agent.RunState.WAITING)] == ["s"]
+
+
+def test_decisions_then_resume_run_the_approved_and_answer_the_rejected(setup: Any) -> None:
+    _, session, tools, spec = setup
+    endpoint = ScriptedEndpoint([calls(("delete", "a"), ("delete", "b")), agent.Message.assistant("done")])
+    agent.Runner().run(spec, [USER], endpoint)
+    with pytest.raises(agent.ApprovalPendingError):
+        agent.Runner().run(spec, agent.Resume(), endpoint)
+    assert session.approve("c1", by="ann") is agent.RunState.WAITING
+    assert session.info().pending_approvals == 1
+    with pytest.raises(agent.ApprovalPendingError):  # one still undecided
+        agent.Runner().start(spec, agent.Resume(), endpoint)
+    assert session.reject("c2", reason="keep b", by="bob") is agent.RunState.WAITING
+    assert session.info().pending_approvals == 0
+    decided = {a.call_id: a for a in session.approvals()}
+    assert (decided["c1"].decision, decided["c1"].by, decided["c1"].decided_at is not None) == ("approved", "ann", True)
+    assert (decided["c2"].decision, decided["c2"].reason, decided["c2"].by) == ("rejected", "keep b", "bob")
+    result = agent.Runner().run(spec, agent.Resume(), endpoint)
+    assert result.stop_reason == "end_turn" and result.text == "done"
+    assert tools.ran == ["delete a"]
+    answered = results(result.messages[2])
+    assert not answered["c1"].is_error and answered["c1"].text == "deleted a"
+    assert answered["c2"].is_error and "keep b" in answered["c2"].text and "rejected" in answered["c2"].text
+    assert session.info().state is agent.RunState.FINISHED
+    assert session.approvals() == []  # the wait is over
+
+
+def test_a_decision_is_made_once(setup: Any) -> None:
+    _, session, _, spec = setup
+    agent.Runner().run(spec, [USER], ScriptedEndpoint([calls(("delete", "a"), ("delete", "b"))]))
+    assert session.approve("c1") is agent.RunState.WAITING
+    assert session.approve("c1", by="someone else") is agent.RunState.WAITING  # a retry: recorded once
+    assert next(a for a in session.approvals() if a.call_id == "c1").by == ""
+    with pytest.raises(agent.ConflictError, match="already approved"):
+        session.reject("c1")
+    with pytest.raises(agent.ConflictError, match="no call 'nope'"):
+        session.approve("nope")
+
+
+def test_a_batch_is_all_or_none(setup: Any) -> None:
+    _, session, _, spec = setup
+    agent.Runner().run(spec, [USER], ScriptedEndpoint([calls(("delete", "a"), ("delete", "b"))]))
+    session.reject("c2")
+    with pytest.raises(agent.ConflictError):
+        session.decide({"c1": agent.Decision.approve(), "c2": agent.Decision.approve()})
+    assert session.info().pending_approvals == 1  # c1 was not recorded either
+    assert session.decide({"c1": agent.Decision.approve(), "c2": agent.Decision.reject()}) is agent.RunState.WAITING
+    assert [a.decision for a in session.approvals()] == ["approved", "rejected"]
+
+
+def test_a_decision_does_not_run_a_call_changed_behind_it(setup: Any) -> None:
+    _, session, tools, spec = setup
+    agent.Runner().run(spec, [USER], ScriptedEndpoint([calls(("delete", "a"))]))
+    session.approve("c1")
+    # Someone rewrites the stored call: same id, another input. The old yes must not run it.
+    forged = agent.Message(agent.Role.ASSISTANT, [agent.Content.tool_use("c1", "delete", '{"path": "/"}')])
+    result = agent.Runner().run(spec, [USER, forged], ScriptedEndpoint([]))
+    assert result.stop_reason == "approval_required" and tools.ran == []
+    assert [(a.call_id, a.input, a.decision) for a in result.approvals] == [("c1", '{"path": "/"}', None)]
+    assert session.info().pending_approvals == 1
+
+
+def test_steers_while_waiting_wait_for_the_run_after_the_decision(setup: Any) -> None:
+    _, session, _, spec = setup
+    endpoint = ScriptedEndpoint([calls(("delete", "a")), agent.Message.assistant("ok")])
+    agent.Runner().run(spec, [USER], endpoint)
+    assert session.steer("and b too") is agent.RunState.WAITING
+    assert session.info().pending_steers == 1
+    assert agent.Runner().send(spec, "hurry", endpoint) is None  # undecided: the text waits as a steer
+    session.approve("c1")
+    result = agent.Runner().run(spec, agent.Resume(), endpoint)
+    last_user = result.messages[2]
+    assert [c.text for c in last_user.content if c.type is agent.ContentType.TEXT] == ["and b too", "hurry"]
+
+
+def test_cancelled_before_the_wait_answers_the_calls_as_cancelled(setup: Any) -> None:
+    _, session, tools, spec = setup
+    runner = agent.Runner()
+    holder: list[agent.Run] = []
+    started = threading.Event()
+
+    def cancel_then_call(request: agent.ModelRequest) -> agent.Message:
+        assert started.wait(10)
+        holder[0].cancel()
+        return calls(("look", "a"), ("delete", "a"))
+
+    run = runner.start(spec, [USER], ScriptedEndpoint([cancel_then_call]))
+    holder.append(run)
+    started.set()
+    result = run.wait(10)
+    assert result.stop_reason == "cancelled" and tools.ran == [] and result.approvals == []
+    assert all(r.is_error for r in results(result.messages[-1]).values())
+    assert session.info().state is agent.RunState.CANCELLED
+
+
+def test_an_approved_call_that_is_not_idempotent_runs_through_the_journal(setup: Any) -> None:
+    store, session, tools, _ = setup
+    spec = agent.Spec(session=session, tools=tools.all, journal=True)
+    saved: list[list[agent.Message]] = []
+    agent.Runner().run(spec, [USER], ScriptedEndpoint([calls(("delete", "a"))]))
+    session.approve("c1")
+
+    def seen(event: object) -> None:
+        if isinstance(event, agent.events.ToolCalled):
+            saved.append(store.messages("s"))
+
+    agent.Runner().run(spec, agent.Resume(), ScriptedEndpoint([agent.Message.assistant("ok")]), seen)
+    # As the approved call started, the store held it as started: a crash now leaves it in doubt.
+    assert results(saved[0][-1])["c1"].text == IN_DOUBT
+    assert tools.ran == ["delete a"]
+
+
+def test_a_rule_that_raises_asks(setup: Any) -> None:
+    def broken(arguments: dict[str, Any]) -> bool:
+        raise RuntimeError("bug")
+
+    tool = agent.Tool("t", "", {"type": "object"}, lambda: "ran", needs_approval=broken)
+    assert tool.asks_approval("{}") is True
+    assert tool.asks_approval("not json") is False  # it never runs anyway: its arguments are an error
+    with pytest.raises(TypeError, match="needs_approval"):
+        agent.Tool("t", "", {"type": "object"}, lambda: "", needs_approval="yes")  # type: ignore[arg-type]
+
+
+def test_without_a_session_the_run_stops_and_reports(setup: Any) -> None:
+    _, _, tools, _ = setup
+    result = agent.Runner().run(agent.Spec(tools=tools.all), [USER], ScriptedEndpoint([calls(("delete", "a"))]))
+    assert result.stop_reason == "approval_required" and [a.call_id for a in result.approvals] == ["c1"]
+    assert tools.ran == []
+
+
+def test_bad_decisions_are_refused_before_any_write(setup: Any) -> None:
+    _, session, _, spec = setup
+    agent.Runner().run(spec, [USER], ScriptedEndpoint([calls(("delete", "a"))]))
+    with pytest.raises(TypeError):
+        session.decide({"c1": "approve"})
+    with pytest.raises(ValueError):
+        session.decide({})
+    with pytest.raises(ValueError):
+        agent.Decision("maybe")  # type: ignore[arg-type]
+    assert session.info().pending_approvals == 1
+
+
+def test_cancel_ends_a_wait_answering_every_call_as_cancelled(setup: Any) -> None:
+    _, session, tools, spec = setup
+    agent.Runner().run(spec, [USER], ScriptedEndpoint([calls(("look", "a"), ("delete", "a"), ("delete", "b"))]))
+    session.approve("c2")
+    assert session.cancel() is True
+    info = session.info()
+    assert (info.state, info.pending_approvals) == (agent.RunState.CANCELLED, 0)
+    answered = results(session.messages()[-1])
+    assert answered["c1"].text == "a: 3 lines"  # run before the wait: kept
+    assert [answered[c].text for c in ("c2", "c3")] == [CANCELLED_WAIT] * 2 and answered["c3"].is_error
+    assert tools.ran == ["look a"]
+    assert session.cancel() is False  # nothing left to cancel
+    with pytest.raises(agent.ConflictError):
+        session.approve("c3")  # the wait is over
+    result = agent.Runner().run(spec, agent.Resume("never mind"), ScriptedEndpoint([agent.Message.assistant("ok")]))
+    assert result.stop_reason == "end_turn" and tools.ran == ["look a"]
+
+
+def test_send_to_a_waiting_session_keeps_the_text_or_rejects_the_calls(setup: Any) -> None:
+    store, session, tools, spec = setup
+    endpoint = ScriptedEndpoint([calls(("delete", "a")), agent.Message.assistant("ok, not deleting")])
+    agent.Runner().run(spec, [USER], endpoint)
+    assert agent.Runner().send(spec, "wait, what?", endpoint) is None  # "keep", the default
+    assert (session.info().state, session.info().pending_steers) == (agent.RunState.WAITING, 1)
+    run = agent.Runner().send(spec, "no, keep a", endpoint, on_waiting="reject")
+    assert run is not None
+    result = run.wait(10)
+    assert (result.text, tools.ran, session.info().state) == ("ok, not deleting", [], agent.RunState.FINISHED)
+    [approval] = store.approvals("s")
+    assert (approval.decision, approval.by, approval.reason) == ("rejected", "user", "no, keep a")
+    last_user = result.messages[2]
+    rejected = results(last_user)["c1"]
+    assert rejected.is_error and "no, keep a" in rejected.text and "(user)" in rejected.text
+    assert [c.text for c in last_user.content if c.type is agent.ContentType.TEXT] == ["wait, what?", "no, keep a"]
+    with pytest.raises(ValueError, match="on_waiting"):
+        agent.Runner().send(spec, "x", endpoint, on_waiting="drop")
