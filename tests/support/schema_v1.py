@@ -105,7 +105,11 @@ def _hold_a_session(opener: Opener) -> None:
         store.save("made at version 1", [agent.Message.user("before versions were recorded")])
         if type(store).__name__ == "MongoStore":  # back to version 1's indexes, and no version
             store.database["agentsessions_schema"].delete_many({})
-            kept = {doc["name"] for docs in json.loads((FIXTURES / "mongodb_indexes.json").read_text()).values()}
+            kept = {
+                doc["name"]
+                for docs in json.loads((FIXTURES / "mongodb_indexes.json").read_text()).values()
+                for doc in docs
+            }
             for name in mongodb.INDEXES:
                 for index in list(store.database[name].list_indexes()):
                     if index["name"] not in kept | {"_id_"}:
