@@ -1,6 +1,6 @@
 """The console as a WSGI application: routes, the checks every request passes, the actions.
 
-    GET  /                       the sessions (?state=... repeated, ?before=...&skip=... for the next page)
+    GET  /                       the sessions (?state=..., ?metadata=K=V, each repeated; ?before=&skip= pages)
     GET  /session?id=ID          one session: record, actions, transcript
     GET  /session/poll?id=ID&from=N&v=V   what changed since (JSON, for static/console.js)
     GET  /delete?id=ID           the confirmation step
@@ -18,7 +18,7 @@ import itertools
 import json
 import logging
 import secrets
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
@@ -28,7 +28,7 @@ from agentsessions.console import _blocks, _html
 from agentsessions.console._guard import SECURITY_HEADERS, Guard, same_origin
 from agentsessions.errors import AgentSessionsError, ConflictError
 from agentsessions.runs import RunState, SessionInfo, exists, utcnow
-from agentsessions.session import ForkStore, RunStore, keeps_steer_keys
+from agentsessions.session import ForkStore, MetadataStore, RunStore, keeps_steer_keys
 
 log = logging.getLogger("agentsessions.console")
 
@@ -172,7 +172,8 @@ class Console:
         states = frozenset(RunState(value) for value in params.get("state", []))
         before = _moment(params.get("before", [""])[0])
         skip = _whole(params.get("skip", ["0"])[0], "skip")
-        listed = self.store.sessions(state=states or None, updated_before=before)
+        pairs = _pairs(params.get("metadata", []))
+        listed = self._listed(states, before, pairs)
         rows = list(itertools.islice(listed, skip, skip + PAGE + 1))
         counts: dict[RunState, int] = {}
         counted = 0
@@ -182,9 +183,22 @@ class Console:
         if counted > COUNT_LIMIT:
             counts[info.state] -= 1
         shown = rows[:PAGE]
-        next_query = _next_page(states, before, skip, shown) if len(rows) > PAGE else None
-        page = _html.Listing(shown, counts, counted <= COUNT_LIMIT, states, next_query, before is None and not skip)
+        next_query = _next_page(states, pairs, before, skip, shown) if len(rows) > PAGE else None
+        first = before is None and not skip
+        page = _html.Listing(shown, counts, counted <= COUNT_LIMIT, states, next_query, first, pairs)
         return self._html(root, "Sessions", _html.listing(root, page, utcnow()), params)
+
+    def _listed(
+        self, states: frozenset[RunState], before: datetime.datetime | None, pairs: dict[str, str]
+    ) -> Iterator[SessionInfo]:
+        if not pairs:
+            return self.store.sessions(state=states or None, updated_before=before)
+        if not isinstance(self.store, MetadataStore):
+            raise Refused(400, f"{type(self.store).__name__} keeps no session metadata to filter by")
+        try:
+            return self.store.sessions(state=states or None, updated_before=before, metadata=pairs)
+        except (TypeError, ValueError) as error:
+            raise Refused(400, str(error)) from None
 
     def _session(self, root: str, params: Params) -> Response:
         info = self._known(_one(params, "id"))
@@ -321,8 +335,23 @@ def _version(info: SessionInfo) -> str:
     return f"{info.length}@{info.updated_at.isoformat() if info.updated_at else '-'}"
 
 
+def _pairs(texts: list[str]) -> dict[str, str]:
+    """The ``metadata=K=V`` filters of the list page (an empty one is no filter)."""
+    pairs: dict[str, str] = {}
+    for text in filter(None, (text.strip() for text in texts)):
+        name, equals, value = text.partition("=")
+        if not equals or not name:
+            raise Refused(400, f"a metadata filter is KEY=VALUE, got {text!r:.80}")
+        pairs[name] = value
+    return pairs
+
+
 def _next_page(
-    states: frozenset[RunState], before: datetime.datetime | None, skip: int, shown: list[SessionInfo]
+    states: frozenset[RunState],
+    pairs: dict[str, str],
+    before: datetime.datetime | None,
+    skip: int,
+    shown: list[SessionInfo],
 ) -> str:
     """The query of the page after ``shown``: a moment to list before, and how many to skip there.
 
@@ -337,7 +366,7 @@ def _next_page(
         cut = last + datetime.timedelta(microseconds=1)
         ties = sum(1 for info in shown if info.updated_at == last)
         skipped = skip + len(shown) if cut == before else ties
-    query = [("state", s.value) for s in sorted(states)]
+    query = [("state", s.value) for s in sorted(states)] + [("metadata", f"{k}={v}") for k, v in sorted(pairs.items())]
     if cut is not None:
         query.append(("before", cut.isoformat()))
     return urlencode([*query, ("skip", str(skipped))])

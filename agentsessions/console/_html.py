@@ -58,37 +58,53 @@ class Listing:
     states: frozenset[RunState]
     next_query: str | None
     first_page: bool
+    metadata: Mapping[str, str] = attrs.field(factory=dict)
 
 
 def listing(root: str, page: Listing, now: datetime.datetime) -> str:
     """The sessions page: state filters with their counts, the table, the link to the next page."""
     total = sum(page.counts.values())
     plus = "" if page.counted_all else "+"
-    filters = [_filter(root, "all", f"{total}{plus}", "", not page.states)]
+    pairs = [("metadata", f"{k}={v}") for k, v in sorted(page.metadata.items())]
+    filters = [_filter(root, "all", f"{total}{plus}", _query(pairs), not page.states)]
     for state in RunState:
         count = f"{page.counts.get(state, 0)}{plus if page.counts.get(state) else ''}"
-        filters.append(_filter(root, state.value, count, f"?state={state.value}", page.states == {state}))
+        query = _query([("state", state.value), *pairs])
+        filters.append(_filter(root, state.value, count, query, page.states == {state}))
     rows = "".join(_row(root, info, now) for info in page.rows) or '<tr><td colspan="7">no sessions</td></tr>'
     more = []
     if not page.first_page:
-        more.append(f'<a href="{root}/{_states_query(page.states)}">first page</a>')
+        first = _query([*(("state", s.value) for s in sorted(page.states)), *pairs])
+        more.append(f'<a href="{root}/{escape(first)}">first page</a>')
     if page.next_query is not None:
         more.append(f'<a class="next" href="{root}/?{escape(page.next_query)}">next page</a>')
+    # A GET form: the filter is in the address, so a page can be bookmarked and shared.
+    # One pair in the box; the others (from the address) ride along hidden.
+    kept = [("state", s.value) for s in sorted(page.states)] + pairs[:-1]
+    hidden = "".join(f'<input type="hidden" name="{name}" value="{escape(value)}">' for name, value in kept)
+    shown = escape(pairs[-1][1]) if pairs else ""
+    search = (
+        f'<form class="metadata" method="get" action="{root}/">{hidden}'
+        f'<input name="metadata" placeholder="user=42" value="{shown}" aria-label="metadata KEY=VALUE">'
+        '<button type="submit">filter</button></form>'
+    )
+    # The first page follows the store (static/console.js reloads its rows); later ones stay put.
+    refresh = ' data-refresh="2000"' if page.first_page else ""
     return (
-        f'<h1>Sessions</h1><p class="filters">{" ".join(filters)}</p>'
-        '<table class="sessions"><thead><tr><th>id</th><th>state</th><th>messages</th><th>steers</th>'
+        f'<h1>Sessions</h1><p class="filters">{" ".join(filters)}</p>{search}'
+        f'<table class="sessions"{refresh}><thead><tr><th>id</th><th>state</th><th>messages</th><th>steers</th>'
         f"<th>updated (UTC)</th><th>holder</th><th>lease</th></tr></thead><tbody>{rows}</tbody></table>"
         f'<p class="pages">{" · ".join(more)}</p>'
     )
 
 
-def _states_query(states: frozenset[RunState]) -> str:
-    return "?" + urlencode([("state", s.value) for s in sorted(states)]) if states else ""
+def _query(pairs: Sequence[tuple[str, str]]) -> str:
+    return "?" + urlencode(pairs) if pairs else ""
 
 
 def _filter(root: str, label: str, count: str, query: str, current: bool) -> str:
     css = ' class="current"' if current else ""
-    return f'<a{css} href="{root}/{query}">{label} <span class="count">{count}</span></a>'
+    return f'<a{css} href="{root}/{escape(query)}">{label} <span class="count">{count}</span></a>'
 
 
 def _row(root: str, info: SessionInfo, now: datetime.datetime) -> str:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from collections import OrderedDict
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any, Protocol, overload
 
@@ -30,7 +29,7 @@ from agentsessions.approvals import Approval, Decision, check_decisions
 from agentsessions.crypto import _approvals as approval_crypto
 from agentsessions.crypto._keyring import Keyring
 from agentsessions.crypto._sealing import Sealer
-from agentsessions.errors import ConflictError
+from agentsessions.errors import ConflictError, FormatError
 from agentsessions.messages import Message, check_transcript, transcript_list
 from agentsessions.runs import Claim, Progress, Renewal, RunState, SessionInfo, Steer
 from agentsessions.session import (
@@ -44,6 +43,7 @@ from agentsessions.session import (
 )
 from agentsessions.stores.kit import arguments
 from agentsessions.stores.kit.approvals import check_wait
+from agentsessions.stores.kit.incremental import SessionMemory, shared_prefix
 
 SEED_METHODS = ("save", "messages", "add_steer", "take_steers")
 """What every store has (:class:`~agentsessions.session.Store`)."""
@@ -55,8 +55,6 @@ OPTIONAL_METHODS = (
 )
 """The methods the wrapper has when, and only when, the store it wraps has them."""
 
-_REMEMBERED = 256  # sessions; a run's session stays among them while the run lives
-
 
 @attrs.frozen
 class _Known:
@@ -67,45 +65,6 @@ class _Known:
 
     plain: list[Message]
     sealed: list[Message]
-
-
-class _KnownSessions:
-    """A bounded map from session id to :class:`_Known`, least recently used dropped first.
-
-    The lock guards the dict only, never a store call, so sessions never wait for each other.
-    """
-
-    def __init__(self, size: int = _REMEMBERED) -> None:
-        self._size = size
-        self._known: OrderedDict[str, _Known] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, session_id: str) -> _Known | None:
-        with self._lock:
-            known = self._known.get(session_id)
-            if known is not None:
-                self._known.move_to_end(session_id)
-            return known
-
-    def remember(self, session_id: str, plain: list[Message], sealed: list[Message]) -> None:
-        known = _Known(plain, sealed)
-        with self._lock:
-            self._known[session_id] = known
-            self._known.move_to_end(session_id)
-            if len(self._known) > self._size:
-                self._known.popitem(last=False)
-
-    def forget(self, session_id: str) -> None:
-        with self._lock:
-            self._known.pop(session_id, None)
-
-
-def _shared_prefix(old: list[Message], new: list[Message]) -> int:
-    # List equality checks identity first: the messages a run saves again are the same objects.
-    n = min(len(old), len(new))
-    if (old if n == len(old) else old[:n]) == new[:n]:
-        return n
-    return next(i for i in range(n) if old[i] != new[i])
 
 
 class EncryptedStore:
@@ -122,7 +81,7 @@ class EncryptedStore:
     def __init__(self, inner: Store, sealer: Sealer) -> None:
         self.inner = inner
         self._sealer = sealer
-        self._known = _KnownSessions()
+        self._known: SessionMemory[_Known] = SessionMemory()
         # Per session: steers that are copies of a steer peeked under another seq (see _open_steers).
         self._twins: dict[str, dict[int, list[int]]] = {}
         self._twins_lock = threading.Lock()
@@ -163,15 +122,24 @@ class EncryptedStore:
 
     # --- Sealing and opening, remembered ------------------------------------------------------
 
-    def _seal_transcript(self, session_id: str, messages: Sequence[Message]) -> list[Message]:
+    def _seal_transcript(
+        self, session_id: str, messages: Sequence[Message], claim: Claim | None = None
+    ) -> list[Message]:
         check_session_id(session_id)
         new = transcript_list(messages)
-        known = self._known.get(session_id)
-        shared = _shared_prefix(known.plain, new) if known is not None else 0
+        known = self._known.get(session_id, claim)
+        if known is None:
+            # Sealed afresh (a new nonce), every message would differ from its stored row and
+            # be written again: the stored ones are read and opened once, and reused. Rows that
+            # do not open (an old key, plaintext) are simply written anew, as before.
+            with contextlib.suppress(FormatError):
+                self._open_transcript(session_id, self.inner.messages(session_id))
+            known = self._known.get(session_id)
+        shared = shared_prefix(known.plain, new) if known is not None else 0
         check_transcript(new, start=shared)  # the shared prefix was checked when first sealed
         sealed = known.sealed[:shared] if known is not None else []
         sealed += [self._sealer.seal_message(session_id, i, new[i]) for i in range(shared, len(new))]
-        self._known.remember(session_id, list(new), sealed)  # a copy: the caller's list grows on
+        self._known.remember(session_id, _Known(list(new), sealed), claim)  # a copy: the caller's list grows on
         return sealed
 
     def _open_transcript(self, session_id: str, stored: list[Message]) -> list[Message]:
@@ -181,7 +149,7 @@ class EncryptedStore:
             known.plain[i] if known is not None and i < len(seen) and seen[i] == row else self._open(session_id, i, row)
             for i, row in enumerate(stored)
         ]
-        self._known.remember(session_id, plain, stored)
+        self._known.remember(session_id, _Known(plain, stored))
         return list(plain)  # the caller's to change
 
     def _open(self, session_id: str, position: int, row: Message) -> Message:
@@ -310,11 +278,13 @@ class _Everything(EncryptedStore):
     ) -> Progress:
         """Save encrypted as the run holding ``claim`` (the wrapped store's ``save_run``); steers decrypted."""
         call = arguments.save_run(claim, taken, end, unless_steered)  # before sealing reads the claim
-        sealed = self._seal_transcript(claim.session_id, messages)
+        sealed = self._seal_transcript(claim.session_id, messages, claim)
         taken = self._with_twins(claim.session_id, call.taken)
         progress: Progress = self.inner.save_run(
             claim, sealed, taken=taken, end=call.end, unless_steered=call.unless_steered
         )
+        if call.end is not None and not progress.pending:
+            self._known.release(claim.session_id, claim)  # released: the run no longer keeps it
         if not progress.pending:
             return progress
         pending, twins = self._open_steers(claim.session_id, progress.pending)

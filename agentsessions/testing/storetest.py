@@ -54,6 +54,7 @@ from agentsessions.testing._storetest_approvals import APPROVAL_CHECKS, APPROVAL
 from agentsessions.testing._storetest_arguments import ARGUMENTS
 from agentsessions.testing._storetest_fork import FORK, FORK_CHECKS
 from agentsessions.testing._storetest_keys import KEY_CHECKS, KEYS
+from agentsessions.testing._storetest_many import MANY, check_many
 from agentsessions.testing._storetest_metadata import METADATA, METADATA_CHECKS
 from agentsessions.testing._storetest_runs import RUN_CHECKS, RUN_PROPERTIES
 from agentsessions.testing._storetest_support import (
@@ -82,6 +83,7 @@ __all__ = [
     "ARGUMENTS",
     "FORK",
     "KEYS",
+    "MANY",
     "METADATA",
     "PROPERTIES",
     "RUN_PROPERTIES",
@@ -104,7 +106,7 @@ FRESH = "messages() returns a new list"
 # Verbatim comes early: most other properties round-trip arbitrary text too, and a store that
 # mangles text is best told so by the property about text.
 PROPERTIES: tuple[str, ...] = (
-    *(UNKNOWN, VERBATIM, STEERS, REPLACES, FRESH, ISOLATED, REJECTED, MODEL, READERS),
+    *(UNKNOWN, VERBATIM, STEERS, REPLACES, FRESH, ISOLATED, REJECTED, MODEL, READERS, MANY),
     *RUN_PROPERTIES,
     KEYS,
     FORK,
@@ -651,4 +653,5 @@ _CHECKS: dict[str, Callable[[Context], None]] = {
     READERS: _check_readers,
     STEERS: _check_steers,
     FRESH: _check_fresh_lists,
+    MANY: check_many,
 }

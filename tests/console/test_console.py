@@ -280,6 +280,30 @@ def test_the_list_filters_by_state(base: str, store: sqlite.SQLiteStore) -> None
     assert get(f"{base}/?state=bogus").status_code == 400
 
 
+def test_the_list_filters_by_metadata_and_keeps_the_filter_across_states_and_pages(
+    base: str, store: sqlite.SQLiteStore
+) -> None:
+    for i in range(120):
+        store.save(f"u{i:03}", [Message.user(f"m{i}")])
+        store.set_metadata(f"u{i:03}", {"user": "42" if i % 2 else "7"})
+    store.save("other", [Message.user("x")])
+    seen: list[str] = []
+    url: str | None = f"{base}/?metadata=user%3D42"
+    while url is not None:
+        page = get(url).text
+        seen += re.findall(r'<a href="/session\?id=([^"]+)">', page)
+        found = re.search(r'<a class="next" href="([^"]+)">', page)
+        url = base + found.group(1).replace("&amp;", "&") if found else None
+    assert seen == [f"u{i:03}" for i in range(119, 0, -2)]  # 60 sessions over two pages, newest first
+    first = get(f"{base}/?metadata=user%3D42").text
+    assert 'href="/?state=idle&amp;metadata=user%3D42"' in first  # a state filter keeps the metadata one
+    assert 'name="metadata" placeholder="user=42" value="user=42"' in first
+    both = get(f"{base}/?metadata=user%3D42&state=idle&metadata=").text  # an emptied box is no filter
+    assert "u119" in both and "u118" not in both and "other" not in both
+    for bad in ("user", "=42", "user=" + "x" * 300):
+        assert get(f"{base}/?metadata={bad}").status_code == 400, bad
+
+
 # --- Actions ----------------------------------------------------------------------------------
 
 

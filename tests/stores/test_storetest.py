@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -84,6 +84,28 @@ class TrustsWhatItLastSaved(DictStore):
         with self.lock:
             self.transcripts[key] = self.transcripts.get(key, [])[:keep] + new[keep:]
         self.last_saved[key] = new
+
+
+class AppendsPastTheStoredLength(DictStore):
+    """Remembers the last 256 sessions it saved; for any other it trusts the stored rows and appends past them.
+
+    The mistake of a store that learns only the stored length of a session it forgot.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: OrderedDict[object, None] = OrderedDict()
+
+    def save(self, session_id: str, messages: Sequence[Message]) -> None:
+        """Replace the transcript when the session is remembered; else append what is past the stored length."""
+        key, new = self.key(session_id), list(check_transcript(messages))
+        with self.lock:
+            stored = self.transcripts.get(key, [])
+            self.transcripts[key] = new if key in self.seen else stored[: len(new)] + new[len(stored) :]
+            self.seen[key] = None
+            self.seen.move_to_end(key)
+            if len(self.seen) > 256:
+                self.seen.popitem(last=False)
 
 
 class DropsEveryThirdSteer(DictStore):
@@ -504,6 +526,7 @@ BROKEN = [
     pytest.param("save replaces the transcript", KeepsTheCallersList, id="keeps-callers-list"),
     pytest.param("save replaces the transcript", functools.partial(TrustsWhatItLastSaved, DictStore()), id="stale"),
     pytest.param("messages() returns a new list", ReturnsItsOwnList, id="returns-own-list"),
+    pytest.param(storetest.MANY, AppendsPastTheStoredLength, id="forgets-past-256-sessions"),
     pytest.param("unknown sessions are empty", FailsOnUnknownSessions, id="fails-on-unknown"),
 ]
 

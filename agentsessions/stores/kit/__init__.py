@@ -4,7 +4,9 @@ Each module is one concern the stores would otherwise each write again:
 
 - :mod:`agentsessions.stores.kit.incremental`: saves that write only what is new
   (``plan_save`` compares a transcript with what this store object last saw: keep the
-  ``shared`` prefix, write the rest; ``KnownSessions`` remembers it; ``new_revision``).
+  ``shared`` prefix, write the rest; ``KnownSessions`` remembers it, a run's session for as
+  long as the run holds its claim; ``SavePlan.rows_to_keep`` compares the stored rows with
+  the new transcript for a session it does not remember; ``new_revision``).
 - :mod:`agentsessions.stores.kit.failures`: a driver's failures as the library's errors
   (``translated`` around driver calls; ``could_not``, the one wording; ``first_line``).
 - :mod:`agentsessions.stores.kit.listing`: ``sessions()`` in keyset pages (``pages``

@@ -50,7 +50,7 @@ def translated(
     ``store``, ``action`` and ``session_id`` make the :func:`could_not` sentence the error
     starts with. When a session is named, ``known`` forgets it: after a failed write the
     stored revision is no longer what this store object last saw, so the next save
-    writes the whole transcript.
+    reads the stored rows first.
     """
     try:
         yield

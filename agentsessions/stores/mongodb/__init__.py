@@ -506,7 +506,7 @@ class MongoStore:
     ) -> Progress:
         """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``."""
         call = arguments.save_run(claim, taken, end, unless_steered)
-        plan, gone, end = plan_save(self._known, claim.session_id, messages), frozenset(call.taken), call.end
+        plan, gone, end = plan_save(self._known, claim.session_id, messages, claim), frozenset(call.taken), call.end
         stored = key(claim.session_id)
         with self._errors("save the transcript", claim.session_id):
             for _ in attempts(self._timeout):
@@ -516,7 +516,7 @@ class MongoStore:
                 step = RunStep.of(doc, claim, gone, end, call.unless_steered)
                 revision = self._try_save(plan, stored, parse_state(doc), step)
                 if revision is not None:
-                    self._known.remember(claim.session_id, revision, plan.messages)
+                    self._known.remember(claim.session_id, revision, plan.messages, None if step.released else claim)
                     return step.progress
         raise self._gave_up("save the transcript", claim.session_id, "other writers kept changing its record")
 
@@ -539,7 +539,14 @@ class MongoStore:
     def _try_save(self, plan: SavePlan, stored: object, old: State | None, run: RunStep | None = None) -> int | None:
         """One attempt at a save (a run's with ``run``): its new revision, or ``None`` if another writer came first."""
         revision = new_revision()
-        keep = plan.rows_to_keep(old.revision if old else None)
+        bodies = None
+        if old is not None and plan.needs_bodies(old.revision, old.length):
+            # Not the transcript this store object saw last: its rows are read once, and those
+            # the new transcript repeats stay.
+            bodies = self._bodies(stored, old)
+            if bodies is None:
+                return None  # another save came meanwhile
+        keep = plan.rows_to_keep(old.revision if old else None, bodies)
         new, epoch, start = next_state(old, revision, keep, len(plan.messages), fresh=False)
         appends = old is not None and epoch == old.segments[-1][0]
         if appends and not self._insert(plan, stored, epoch, start):
@@ -601,6 +608,11 @@ class MongoStore:
 
     def _read(self, stored: object, state: State) -> list[Message] | None:
         """The messages ``state`` names, or ``None`` if a save deleted some of them meanwhile."""
+        bodies = self._bodies(stored, state)
+        return None if bodies is None else [load_message(body) for body in bodies]
+
+    def _bodies(self, stored: object, state: State) -> list[str | bytes] | None:
+        """The stored bodies of the messages ``state`` names, or ``None`` if a save deleted some of them meanwhile."""
         if not state.length:
             return []
         runs = [run for run in state.runs() if run[2] > run[1]]
@@ -613,7 +625,7 @@ class MongoStore:
         bodies = assemble(state.length, docs)
         if bodies is None:
             raise StoreError(f"session {stored!r:.80} names messages that are not stored; the database was changed")
-        return [load_message(body) for body in bodies]
+        return bodies
 
     # --- Steers and tokens -----------------------------------------------------------------
 

@@ -146,6 +146,9 @@ DELETE m FROM agentsessions_messages AS m FORCE INDEX (PRIMARY) WHERE m.session_
 """
 # PyMySQL's executemany turns this into multi-row INSERTs of about 1 MB each.
 _INSERT_MESSAGE = "INSERT INTO agentsessions_messages (session_id, position, body) VALUES (%s, %s, %s)"
+_SELECT_BODIES = """
+SELECT body FROM agentsessions_messages FORCE INDEX (PRIMARY) WHERE session_id = %s ORDER BY position
+"""
 _UPDATE_SESSION = """
 UPDATE agentsessions_sessions SET revision = %s, length = %s, updated_at = UTC_TIMESTAMP(6) WHERE id = %s
 """
@@ -540,7 +543,7 @@ class MySQLStore:
     ) -> Progress:
         """Save as the holder of ``claim`` in one transaction, deleting the ``taken`` steers; release with ``end``."""
         call = arguments.save_run(claim, taken, end, unless_steered)
-        plan, end = plan_save(self._known, claim.session_id, messages), call.end
+        plan, end = plan_save(self._known, claim.session_id, messages, claim), call.end
         revision, key = new_revision(), encode_text(claim.session_id)
         rows = _rows(plan, key, plan.shared)
         with self._transaction("save the run", claim.session_id, payload=_largest(rows)) as cur:
@@ -557,7 +560,7 @@ class MySQLStore:
                 pending = tuple(Steer(seq, decode_text(text)) for seq, text in cur.fetchall())
             release = None if end is None or pending else end.value
             cur.execute(_UPDATE_RUN, (revision, len(plan.messages), release, release, key))
-        self._known.remember(claim.session_id, revision, plan.messages)
+        self._known.remember(claim.session_id, revision, plan.messages, None if release else claim)
         return Progress() if release else Progress(record.cancel_requested, pending)
 
     def renew(self, claims: Sequence[Claim]) -> Renewal:
@@ -724,11 +727,16 @@ def _write_transcript(
     cur: Any, plan: SavePlan, key: bytes, rows: list[tuple[bytes, int, bytes]], stored: _Record
 ) -> None:
     # ``rows`` follow the prefix this store object saw stored: all there is to write when the
-    # stored revision is still the one it saw; else every row is written.
-    keep = plan.rows_to_keep(stored.revision)
+    # stored revision is still the one it saw. Else the stored rows are read first, under the
+    # record's lock, and only those that differ are written.
+    bodies = None
+    if plan.needs_bodies(stored.revision, stored.length):
+        cur.execute(_SELECT_BODIES, (key,))
+        bodies = [body for (body,) in cur.fetchall()]
+    keep = plan.rows_to_keep(stored.revision, bodies)
     if stored.length > keep:
         cur.execute(_DELETE_MESSAGES_FROM, (key, keep))
-    if keep < plan.shared:
+    if keep != plan.shared:
         rows = _rows(plan, key, keep)
     if rows:
         cur.executemany(_INSERT_MESSAGE, rows)

@@ -135,6 +135,7 @@ _LOCK_EXISTING = "SELECT 1 FROM agentsessions_sessions WHERE id = %s FOR UPDATE"
 _LOCK_RUN = "SELECT revision, length, token, run_state FROM agentsessions_sessions WHERE id = %s FOR UPDATE"
 _DELETE_MESSAGES_FROM = "DELETE FROM agentsessions_messages WHERE session_id = %s AND position >= %s"
 _INSERT_MESSAGE = "INSERT INTO agentsessions_messages (session_id, position, body) VALUES (%s, %s, %s)"
+_SELECT_BODIES = "SELECT body FROM agentsessions_messages WHERE session_id = %s ORDER BY position"
 # statement_timestamp() is read once per statement, after the record's lock was taken.
 _SAVED = """
 UPDATE agentsessions_sessions SET revision = %s, length = %s, updated_at = statement_timestamp() WHERE id = %s
@@ -329,7 +330,9 @@ class PostgresStore:
     same session, and for the server to answer. Each call is one pipelined transaction:
     one round trip, two when a write must first read the record it locked (a save_run, or
     a save of a session this store object never saw; three if another writer saved it
-    since this store object last saw it).
+    since this store object last saw it). A save of stored messages this store object does
+    not remember reads them under the lock, one round trip more, and writes only the rows
+    that differ.
     """
 
     def __init__(self, pool: ConnectionPool[Any], *, timeout: float = 10.0) -> None:
@@ -525,7 +528,7 @@ class PostgresStore:
     ) -> Progress:
         """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``."""
         call = arguments.save_run(claim, taken, end, unless_steered)
-        plan = plan_save(self._known, claim.session_id, messages)
+        plan = plan_save(self._known, claim.session_id, messages, claim)
         ending, gone = call.end, call.taken
         revision, key = new_revision(), encode_text(claim.session_id)
         params = {"revision": revision, "length": len(plan.messages), "id": key, "unless": call.unless_steered}
@@ -537,8 +540,8 @@ class PostgresStore:
                 conn.execute(_DELETE_TAKEN, (key, gone))
             _write_messages(conn, key, plan, row[0], row[1])
             saved = _cursor(conn).execute(_SAVED_RUN, {**params, "end": None if ending is None else ending.value})
-        self._known.remember(claim.session_id, revision, plan.messages)
         released, cancel_requested, seqs, texts = _one(saved)
+        self._known.remember(claim.session_id, revision, plan.messages, None if released else claim)
         if released:
             return Progress()
         pending = zip(seqs, texts, strict=True) if ending is not None and call.unless_steered else ()
@@ -737,8 +740,15 @@ def _save_known(conn: _Connection, watch: Watch, key: bytes, plan: SavePlan, rev
 
 
 def _write_messages(conn: _Connection, key: bytes, plan: SavePlan, revision: int, length: int) -> None:
-    """Delete the stored rows past what is still right, and insert the new ones."""
-    keep = plan.rows_to_keep(revision)
+    """Delete the stored rows past what is still right, and insert the new ones.
+
+    A session this store object did not see last has its rows read first, under the
+    record's lock, so that only rows that differ are written.
+    """
+    bodies = None
+    if plan.needs_bodies(revision, length):
+        bodies = [body for (body,) in _cursor(conn).execute(_SELECT_BODIES, (key,)).fetchall()]
+    keep = plan.rows_to_keep(revision, bodies)
     if length > keep:
         conn.execute(_DELETE_MESSAGES_FROM, (key, keep))
     if len(plan.messages) > keep:

@@ -165,8 +165,8 @@ class RedisStore:
         key, revision = encode_text(session_id), new_revision()
         keys = [self._record(key), self._messages(key), self._index]
         with self._errors("save the transcript", session_id):
-            for known in _attempts(plan):
-                if self._save(keys, [key, *_tail(plan, known, revision)]):
+            for base, keep in self._bases(key, plan):
+                if self._save(keys, [key, *_tail(plan, base, keep, revision)]):
                     break
         self._known.remember(session_id, revision, plan.messages)
 
@@ -174,11 +174,7 @@ class RedisStore:
         """The session's transcript, empty if it has none: one MULTI/EXEC."""
         key = encode_text(check_session_id(session_id))
         with self._errors("read the transcript", session_id):
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hget(self._record(key), "rev")
-            pipe.lrange(self._messages(key), 0, -1)
-            revision, bodies = pipe.execute()
-        stored = None if revision is None or revision == b"-" else int(revision)
+            stored, bodies = self._stored(key)
         return self._known.read(session_id, stored, bodies)
 
     def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
@@ -365,20 +361,21 @@ class RedisStore:
         release happen together or not at all.
         """
         call = arguments.save_run(claim, taken, end, unless_steered)
-        plan = plan_save(self._known, claim.session_id, messages)
+        plan = plan_save(self._known, claim.session_id, messages, claim)
         ending, seqs = call.end, call.taken
         key, revision = encode_text(claim.session_id), new_revision()
         keys = [self._record(key), self._messages(key), self._index, self._steers(key)]
         head = [key, claim.token, ending.value if ending else "", int(call.unless_steered), len(seqs), *seqs]
         with self._errors("save the run", claim.session_id):
-            for known in _attempts(plan):
-                outcome = self._save_run(keys, [*head, *_tail(plan, known, revision)])
+            for base, keep in self._bases(key, plan):
+                outcome = self._save_run(keys, [*head, *_tail(plan, base, keep, revision)])
                 if outcome[0] != 0:
                     break
         if outcome[0] == -1:
             self._known.forget(claim.session_id)
             raise superseded(claim)
-        self._known.remember(claim.session_id, revision, plan.messages)
+        released = ending is not None and outcome[0] == 1
+        self._known.remember(claim.session_id, revision, plan.messages, None if released else claim)
         return Progress(outcome[1] == b"1", tuple(_steer(member) for member in outcome[2:]))
 
     def renew(self, claims: Sequence[Claim]) -> Renewal:
@@ -392,6 +389,27 @@ class RedisStore:
         lost = frozenset(claim for claim, outcome in zip(claims, outcomes, strict=True) if outcome == 0)
         cancelling = frozenset(claim for claim, outcome in zip(claims, outcomes, strict=True) if outcome == 2)
         return Renewal(lost, cancelling)
+
+    def _stored(self, key: bytes) -> tuple[int | None, list[bytes]]:
+        """The stored revision (``None`` when no transcript was saved) and message bodies, in one MULTI/EXEC."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hget(self._record(key), "rev")
+        pipe.lrange(self._messages(key), 0, -1)
+        revision, bodies = pipe.execute()
+        return (None if revision is None or revision == b"-" else int(revision)), bodies
+
+    def _bases(self, key: bytes, plan: SavePlan) -> Iterator[tuple[int | None, int]]:
+        """What a save tries to build on, as (revision, messages kept), until the script finds that revision stored.
+
+        First the revision this store object saw; then the one stored now, read with its
+        messages (so that those the new transcript repeats stay); last none, sending every message.
+        """
+        if plan.known is not None:
+            yield plan.known.revision, plan.shared
+        revision, bodies = self._stored(key)
+        if revision is not None:
+            yield revision, plan.matching(bodies)
+        yield None, 0
 
     @contextmanager
     def _errors(self, action: str, session_id: str = "") -> Iterator[None]:
@@ -444,18 +462,10 @@ def _retry_of(pool: Any) -> Any:
         return pool.connection_kwargs.get("retry")
 
 
-def _attempts(plan: SavePlan) -> Iterator[int | None]:
-    """The revisions a save tries to build on: the one this store object saw, then none (everything sent)."""
-    if plan.known is not None:
-        yield plan.known.revision
-    yield None
-
-
-def _tail(plan: SavePlan, known: int | None, revision: int) -> list[Any]:
+def _tail(plan: SavePlan, base: int | None, keep: int, revision: int) -> list[Any]:
     """A save's last arguments: the revision it builds on, how many messages it keeps, the new revision, the bodies."""
-    keep = plan.shared if known is not None else 0
     bodies = [dump_message(message) for message in plan.messages[keep:]]
-    return ["" if known is None else known, keep, revision, *bodies]
+    return ["" if base is None else base, keep, revision, *bodies]
 
 
 def _pairs(metadata: Mapping[str, str]) -> list[bytes]:

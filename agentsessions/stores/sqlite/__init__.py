@@ -346,7 +346,7 @@ class SQLiteStore:
     ) -> Progress:
         """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``."""
         call = arguments.save_run(claim, taken, end, unless_steered)
-        plan, ending = plan_save(self._known, claim.session_id, messages), call.end
+        plan, ending = plan_save(self._known, claim.session_id, messages, claim), call.end
         revision, key = new_revision(), encode_text(claim.session_id)
         with self._errors("save the run", claim.session_id), self._transaction() as db:
             row = db.execute(_SELECT_RUN, (key,)).fetchone()
@@ -358,7 +358,7 @@ class SQLiteStore:
             release, now = None if pending else ending, _now()
             state, cancel = (RunState.RUNNING.value, row[5]) if release is None else (release.value, 0)
             db.execute(_SAVE_RUN, (revision, len(plan.messages), now, now + values.span(row[4]), state, cancel, key))
-        self._known.remember(claim.session_id, revision, plan.messages)
+        self._known.remember(claim.session_id, revision, plan.messages, claim if release is None else None)
         if release is not None:
             return Progress()
         return Progress(bool(cancel), tuple(Steer(seq, decode_text(text)) for seq, text in pending))
@@ -486,9 +486,17 @@ class SQLiteStore:
 
 
 def _write_messages(db: sqlite3.Connection, key: bytes, plan: SavePlan, stored: Sequence[int] | None) -> None:
-    """Write the rows of ``plan`` after those already right; ``stored`` is the record's (revision, length)."""
-    keep = plan.rows_to_keep(stored[0] if stored else None)
-    if stored and stored[1] > keep:
+    """Write the rows of ``plan`` after those already right; ``stored`` is the record's (revision, length).
+
+    A session this store object did not see last has its rows read first, in the same
+    transaction, so that only rows that differ are written.
+    """
+    revision, length = (stored[0], stored[1]) if stored else (None, 0)
+    bodies = None
+    if plan.needs_bodies(revision, length):
+        bodies = [body for (body,) in db.execute(_SELECT_MESSAGES, (key,))]
+    keep = plan.rows_to_keep(revision, bodies)
+    if length > keep:
         db.execute(_DELETE_MESSAGES_FROM, (key, keep))
     db.executemany(_INSERT_MESSAGE, plan.rows(key, keep))
 
