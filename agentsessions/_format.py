@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import IO, Any
 
+from agentsessions.approvals import Approval
 from agentsessions.messages import Content, ContentType, Message
 from agentsessions.runs import RunState, SessionInfo, Steer
 
@@ -221,3 +222,24 @@ def write_utf8(out: IO[str], text: str) -> None:
     out.flush()
     buffer.write(text.encode())
     buffer.flush()
+
+
+def approvals(calls: Sequence[Approval]) -> list[str]:
+    """A wait's calls, one line each: id, tool, decision (``undecided``), who, the input, a rejection's reason."""
+    lines = []
+    for call in calls:
+        decided = call.decision or "undecided"
+        who = f" by {clean_line(call.by)}" if call.by else ""
+        why = f" ({clean_line(call.reason)})" if call.reason else ""
+        lines.append(f"{clean_line(call.call_id)}  {call.tool}  {decided}{who}{why}  {one_line(call.input)}")
+    return lines
+
+
+def approval_json(call: Approval) -> dict[str, Any]:
+    """One call of a wait, as ``approvals --json`` writes it."""
+    fields = ("call_id", "tool", "input", "decision", "by", "reason")
+    return {
+        **{name: getattr(call, name) for name in fields},
+        "requested_at": _iso(call.requested_at),
+        "decided_at": _iso(call.decided_at),
+    }

@@ -6,7 +6,11 @@
     show ID [--json]               the record, the steers waiting, the transcript
     steer ID TEXT [--key K]        prints the state the steer met: running, or what waits for a run;
                                    with --key, run again it stores nothing more (a retry)
-    cancel ID                      asks the run holding ID to stop
+    cancel ID                      asks the run holding ID to stop, or ends its wait for approval
+    approvals ID [--json]          the tool calls ID waits for, decided or not
+    approve ID CALL_ID [--by WHO]  lets a waiting call run (the run after the decision runs it)
+    reject ID CALL_ID [--reason TEXT] [--by WHO]
+                                   refuses a waiting call: the model reads the reason
     fork ID NEW [--at N]           NEW gets ID's first N messages (all without --at)
     delete ID...                   transcript, steers and record, for each ID
     export ID                      the transcript in the agentsessions.dumps form, on stdout
@@ -56,7 +60,8 @@ Exit codes:
   3  busy or conflict: import over an existing session without --replace, or over one a
      run holds; fork into an existing id; another run holds the session; rekey left
      sessions that runs held (run it again); steer --key K where the session holds K for
-     another text (nothing stored)
+     another text (nothing stored); approve or reject of a call decided the other way, or
+     not waiting
   4  store error: no driver, unreachable, refused, tables missing, file missing
   5  an unexpected error (a bug): a traceback follows, with passwords masked
 migrate has its own: 0 up to date or migrated, 1 failed, 2 bad usage, 3 the schema is newer
@@ -86,10 +91,12 @@ import attrs
 
 from agentsessions import _format as fmt
 from agentsessions import _migrate
+from agentsessions.approvals import Decision
 from agentsessions.codec import dumps, loads
 from agentsessions.errors import AgentSessionsError, ConflictError, StoreError
 from agentsessions.runs import RunState, SessionInfo, exists, utcnow
 from agentsessions.session import ForkStore, MetadataStore, RunStore
+from agentsessions.session import open as open_session
 from agentsessions.stores.urls import StoreURL, mask_urls, open_url, parse_url
 
 if TYPE_CHECKING:
@@ -219,12 +226,36 @@ def _steer(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
 
 
 def _cancel(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
-    _known(store, args.id)
-    if store.cancel(args.id):
-        io.print(f"cancel requested: the run holding {args.id!r:.300} stops before its next step")
+    waiting = _known(store, args.id).state is RunState.WAITING
+    if open_session(args.id, store).cancel():
+        if waiting:
+            io.print(f"the wait for approval of {args.id!r:.300} ended: its calls are answered as cancelled")
+        else:
+            io.print(f"cancel requested: the run holding {args.id!r:.300} stops before its next step")
         return Exit.OK
     state = store.info(args.id).state.value
     raise CliError(Exit.NOT_FOUND, f"no live run holds session {args.id!r:.300} (it is {state}): nothing to cancel")
+
+
+def _approvals(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
+    _known(store, args.id)
+    calls = open_session(args.id, store).approvals()
+    lines = [fmt.dump_json(fmt.approval_json(call)) for call in calls] if args.json else fmt.approvals(calls)
+    for line in lines:
+        io.print(line)
+    if not calls and not args.json:
+        io.err.write(f"{PROG}: session {args.id!r:.300} waits for no approval\n")
+    return Exit.OK
+
+
+def _decide(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
+    _known(store, args.id)
+    if args.command == "approve":
+        decision = Decision.approve(by=args.by)
+    else:
+        decision = Decision.reject(reason=args.reason, by=args.by)
+    io.print(open_session(args.id, store).decide({args.call_id: decision}).value)
+    return Exit.OK
 
 
 def _fork(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
@@ -450,8 +481,18 @@ def parser() -> argparse.ArgumentParser:
     steer.add_argument("id")
     steer.add_argument("text")
     steer.add_argument("--key", metavar="K", help="a key for this steer: run again with it, nothing more is stored")
-    cancel = command("cancel", _cancel, "Ask the run holding a session to stop; exit 1 when none holds it.")
+    cancel = command("cancel", _cancel, "Ask the run holding a session to stop, or end its wait; exit 1 when neither.")
     cancel.add_argument("id")
+    approvals = command("approvals", _approvals, "The tool calls a session waits for: decided or not.")
+    approvals.add_argument("id")
+    approvals.add_argument("--json", action="store_true", help="one JSON object per call")
+    approve = command("approve", _decide, "Let a waiting call run; prints the state (waiting until a run goes on).")
+    reject = command("reject", _decide, "Refuse a waiting call; the model reads the reason. Prints the state.")
+    for decide in (approve, reject):
+        decide.add_argument("id")
+        decide.add_argument("call_id", metavar="CALL_ID")
+        decide.add_argument("--by", default="", metavar="WHO", help="who decides (kept with the decision)")
+    reject.add_argument("--reason", default="", metavar="TEXT", help="why: the model reads it")
     fork = command("fork", _fork, "Copy a session's first N messages (all without --at) into a new one.")
     fork.add_argument("id")
     fork.add_argument("new")

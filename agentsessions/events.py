@@ -133,6 +133,17 @@ class ApprovalRequested:
 
 
 @attrs.frozen
+class ApprovalDecided:
+    """A resumed run acts on a person's decision on a call it stopped for: runs it, or answers it rejected.
+
+    ``step`` is 0: it comes before the run's first step.
+    """
+
+    step: int
+    approval: Approval
+
+
+@attrs.frozen
 class RunFinished:
     """The run ended, normally or not; ``result`` is final (partial when ``error`` is set)."""
 
@@ -152,5 +163,6 @@ Event = (
     | ToolReturned
     | ToolInDoubt
     | ApprovalRequested
+    | ApprovalDecided
     | RunFinished
 )

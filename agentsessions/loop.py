@@ -199,6 +199,8 @@ class ReactLoop:
                 run.append(use)
                 continue
             approval = decisions.get((use.id, use.name, use.input))
+            if approval is not None and approval.decision is not None and self.emit:
+                self.emit(ev.ApprovalDecided(self.steps, approval))
             if approval is not None and approval.decision == APPROVED:
                 run.append(use)
             elif approval is not None and approval.decision == REJECTED:

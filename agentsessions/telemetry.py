@@ -166,6 +166,8 @@ class OpenTelemetry:
             ev.SteerApplied: self._steer_applied,
             ev.TranscriptSaved: self._transcript_saved,
             ev.ToolInDoubt: self._tool_in_doubt,
+            ev.ApprovalRequested: self._approval,
+            ev.ApprovalDecided: self._approval,
             ev.RunFinished: self._run_finished,
         }
 
@@ -393,6 +395,21 @@ class OpenTelemetry:
                 "agentsessions.tool.rerun": event.rerun,
             }
             run.agent.add_event("agentsessions.tool.in_doubt", attributes)
+
+    def _approval(self, run: _RunTrace, event: ev.ApprovalRequested | ev.ApprovalDecided) -> None:
+        if run.agent is not None:
+            approval = event.approval
+            attributes: dict[str, Any] = {
+                "agentsessions.step": event.step,
+                "gen_ai.tool.name": approval.tool,
+                "gen_ai.tool.call.id": approval.call_id,
+            }
+            if approval.decision is not None:
+                attributes["agentsessions.approval.decision"] = approval.decision
+            if self.capture_message_content:
+                attributes["gen_ai.tool.call.arguments"] = approval.input
+            kind = "requested" if isinstance(event, ev.ApprovalRequested) else "decided"
+            run.agent.add_event(f"agentsessions.approval.{kind}", attributes)
 
 
 # Content, in the convention's message shape (only with capture_message_content=True).

@@ -517,3 +517,39 @@ def test_show_prints_every_block_type(sqlite_url: tuple[str, agent.RunStore]) ->
     assert "    redacted thinking (9 characters)\n" in text
     assert "    anthropic block server_tool_use\n" in text
     assert "    document 'a.pdf' from tool call [call-1]: application/pdf, 8 base64 characters\n" in text
+
+
+def test_approvals_approve_reject_and_list_waiting(backend: Backend) -> None:
+    url, store = backend.url, backend.store
+
+    @agent.tool(needs_approval=True)
+    def delete(path: str) -> str:
+        """Delete a file."""
+        return f"deleted {path}"
+
+    uses = [agent.Content.tool_use(f"c{i}", "delete", f'{{"path": "{p}"}}') for i, p in enumerate("ab", 1)]
+    session = agent.open("tidy", store)
+    spec = agent.Spec(session=session, tools=[delete])
+    agent.Runner().run(
+        spec, [agent.Message.user("tidy up")], ScriptedEndpoint([agent.Message(agent.Role.ASSISTANT, uses)])
+    )
+    listed = cli("--store", url, "list", "--state", "waiting", "--json")
+    assert listed.code == 0 and [json.loads(line)["id"] for line in listed.lines()] == ["tidy"]
+    shown = cli("--store", url, "approvals", "tidy")
+    assert shown.code == 0 and [line.split()[:3] for line in shown.lines()] == [
+        ["c1", "delete", "undecided"],
+        ["c2", "delete", "undecided"],
+    ]
+    assert cli("--store", url, "approve", "tidy", "c1", "--by", "ann").lines() == ["waiting"]
+    assert cli("--store", url, "approve", "tidy", "c1").code == 0  # the same decision again: a retry
+    refused = cli("--store", url, "reject", "tidy", "c1")
+    assert refused.code == 3 and "already approved" in refused.err
+    assert cli("--store", url, "reject", "tidy", "c2", "--reason", "keep b").lines() == ["waiting"]
+    calls = [json.loads(line) for line in cli("--store", url, "approvals", "tidy", "--json").lines()]
+    assert [(c["call_id"], c["decision"], c["by"], c["reason"]) for c in calls] == [
+        ("c1", "approved", "ann", ""),
+        ("c2", "rejected", "", "keep b"),
+    ]
+    assert cli("--store", url, "approve", "nope", "c1").code == 1  # no such session
+    assert cli("--store", url, "cancel", "tidy").code == 0
+    assert store.info("tidy").state is agent.RunState.CANCELLED

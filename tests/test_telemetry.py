@@ -350,6 +350,35 @@ def test_a_resumed_run_reports_each_call_in_doubt_and_reruns_only_the_idempotent
     ]
 
 
+def test_a_wait_and_the_decisions_it_acts_on_are_span_events_of_their_runs(otel: Otel) -> None:
+    @agent.tool(needs_approval=True)
+    def pay(invoice: int) -> str:
+        """Pay an invoice."""
+        return f"paid {invoice}"
+
+    uses = [agent.Content.tool_use(f"c{n}", "pay", f'{{"invoice": {n}}}') for n in (1, 2)]
+    session = agent.open("s", MemoryStore())
+    spec = agent.Spec(tools=[pay], session=session)
+    endpoint = ScriptedEndpoint([agent.Message(agent.Role.ASSISTANT, uses), agent.Message.assistant("ok")])
+    agent.Runner().run(spec, [USER], endpoint, otel.telemetry())
+    session.decide({"c1": agent.Decision.approve(by="ann"), "c2": agent.Decision.reject(reason="no")})
+    agent.Runner().run(spec, agent.Resume(), endpoint, otel.telemetry(capture_message_content=True))
+    waited, resumed = by_name(otel.spans(), "invoke_agent")
+    requested = [attributes(e) for e in waited.events if e.name == "agentsessions.approval.requested"]
+    assert requested == [
+        {"agentsessions.step": 1, "gen_ai.tool.name": "pay", "gen_ai.tool.call.id": call} for call in ("c1", "c2")
+    ]
+    decided = [attributes(e) for e in resumed.events if e.name == "agentsessions.approval.decided"]
+    assert [
+        (a["gen_ai.tool.call.id"], a["agentsessions.approval.decision"], a["agentsessions.step"]) for a in decided
+    ] == [
+        ("c1", "approved", 0),
+        ("c2", "rejected", 0),
+    ]
+    assert decided[0]["gen_ai.tool.call.arguments"] == '{"invoice": 1}'  # content only when asked for
+    assert "ann" not in str(decided)  # who decided is not recorded
+
+
 def test_without_providers_the_global_ones_serve_and_bad_options_are_refused() -> None:
     seen: list[object] = []
     result = agent.Runner().run(agent.Spec(tools=[double]), [USER], two_steps(), OpenTelemetry(then=seen.append))

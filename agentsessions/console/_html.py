@@ -88,9 +88,11 @@ def listing(root: str, page: Listing, now: datetime.datetime) -> str:
         f'<input name="metadata" placeholder="user=42" value="{shown}" aria-label="metadata KEY=VALUE">'
         '<button type="submit">filter</button></form>'
     )
+    # The first page follows the store (static/console.js reloads its rows); later ones stay put.
+    refresh = ' data-refresh="2000"' if page.first_page else ""
     return (
         f'<h1>Sessions</h1><p class="filters">{" ".join(filters)}</p>{search}'
-        '<table class="sessions"><thead><tr><th>id</th><th>state</th><th>messages</th><th>steers</th>'
+        f'<table class="sessions"{refresh}><thead><tr><th>id</th><th>state</th><th>messages</th><th>steers</th>'
         f"<th>updated (UTC)</th><th>holder</th><th>lease</th></tr></thead><tbody>{rows}</tbody></table>"
         f'<p class="pages">{" · ".join(more)}</p>'
     )

@@ -91,6 +91,17 @@ def usage(counts: object) -> Usage:
         return Usage()
     if not isinstance(counts, Mapping):
         raise TypeError(f"usage is {type(counts).__name__}, not an object")
+    counted = _counts(counts)
+    iterations = counts.get("iterations")
+    if isinstance(iterations, list):
+        # Server-side compaction's own call is billed, but left out of the top-level counts.
+        for iteration in iterations:
+            if isinstance(iteration, Mapping) and iteration.get("type") == "compaction":
+                counted += _counts(iteration)
+    return counted
+
+
+def _counts(counts: Mapping[str, Any]) -> Usage:
     return Usage(
         token_count(counts, "input_tokens"),
         token_count(counts, "output_tokens"),

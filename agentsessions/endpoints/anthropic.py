@@ -37,6 +37,16 @@ How the transcript maps onto the wire:
   ``message_delta``, an answer with ``null``): nothing is made up. ``pause_turn`` makes
   the run send the transcript back for the API to go on.
 
+Server-side compaction (``compaction=True``, or a :class:`ServerCompaction` with a trigger
+and instructions) sends the ``compact-2026-01-12`` beta header and the
+``context_management`` edit ``compact_20260112``. When the input passes the trigger the API
+summarises what came before into a ``compaction`` block at the start of its answer, kept
+in the transcript as a ``RAW`` block like any other (the store keeps every message). The
+API ignores everything before the last compaction block, so each request starts at the
+assistant message that holds it: the messages before it stay stored but are not sent. The
+tokens the API spent compacting (``usage.iterations`` of type ``compaction``, which the
+top-level counts leave out) are added into the answer's :class:`~agentsessions.Usage`.
+
 Prompt caching (``cache=True``, the default) puts ``cache_control`` breakpoints on the last
 tool, the system prompt, the end of the previous request's transcript and the end of this
 one's: each request reads from the cache what the one before wrote, and writes only what
@@ -48,8 +58,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Unpack
+
+import attrs
 
 from agentsessions.endpoint import ModelRequest, ModelResponse
 from agentsessions.endpoints._anthropic_read import Stream, dump_input, read_message
@@ -65,8 +78,57 @@ PROVIDER = "anthropic"
 
 EPHEMERAL = {"type": "ephemeral"}
 _CACHEABLE = frozenset({"text", "tool_use", "tool_result", "image", "document"})  # thinking cannot be marked
+COMPACTION_BETA = "compact-2026-01-12"
+"""The ``anthropic-beta`` value that turns server-side compaction on."""
+COMPACTION_EDIT = "compact_20260112"
+MIN_TRIGGER_TOKENS = 50_000
+"""The smallest ``input_tokens`` trigger the API accepts."""
 
-__all__ = ["AnthropicEndpoint", "dump_input", "read_message", "request_body", "wire_messages"]
+__all__ = [
+    "AnthropicEndpoint",
+    "ServerCompaction",
+    "dump_input",
+    "read_message",
+    "request_body",
+    "start_at_last_compaction",
+    "wire_messages",
+]
+
+
+def _trigger(_: ServerCompaction, attribute: attrs.Attribute[int | None], value: int | None) -> None:
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{attribute.name} must be an int or None, got {value!r:.80}")
+    if value < MIN_TRIGGER_TOKENS:
+        raise ValueError(f"{attribute.name} must be at least {MIN_TRIGGER_TOKENS} (the API's minimum), got {value}")
+
+
+def _instructions(_: ServerCompaction, attribute: attrs.Attribute[str | None], value: str | None) -> None:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise TypeError(f"{attribute.name} must be a non-empty str or None, got {value!r:.80}")
+
+
+@attrs.frozen
+class ServerCompaction:
+    """The Messages API's server-side compaction, as ``AnthropicEndpoint(compaction=...)`` takes it.
+
+    ``trigger_tokens``: compact once the input reaches this many tokens (the API's
+    default, 150,000, when ``None``; at least 50,000). ``instructions``: what the summary
+    must keep, added to the API's own summarisation prompt (``None``: the API's alone).
+    """
+
+    trigger_tokens: int | None = attrs.field(default=None, validator=_trigger)
+    instructions: str | None = attrs.field(default=None, validator=_instructions)
+
+    def edit(self) -> dict[str, Any]:
+        """The ``compact_20260112`` edit of ``context_management.edits``."""
+        edit: dict[str, Any] = {"type": COMPACTION_EDIT}
+        if self.trigger_tokens is not None:
+            edit["trigger"] = {"type": "input_tokens", "value": self.trigger_tokens}
+        if self.instructions is not None:
+            edit["instructions"] = self.instructions
+        return edit
 
 
 class AnthropicEndpoint(HTTPEndpoint):
@@ -77,7 +139,9 @@ class AnthropicEndpoint(HTTPEndpoint):
     a budget of tokens (``{"type": "enabled", "budget_tokens": N}``), a ``dict`` is sent as
     it is (adaptive modes). ``cache`` places prompt-cache breakpoints (see the module
     docstring); ``cache=False`` sends none. ``version`` is the ``anthropic-version``
-    header, and ``headers`` adds others such as ``anthropic-beta``. ``extra_body`` adds
+    header, and ``headers`` adds others such as ``anthropic-beta``. ``compaction`` turns on
+    server-side compaction (see the module docstring): ``True`` for the API's defaults, or a
+    :class:`ServerCompaction`. ``extra_body`` adds
     body fields such as ``temperature``, ``tool_choice`` or ``metadata``. The other
     options (``max_tokens``, ``timeout``, ``max_retries``, ``backoff``, ``max_retry_wait``,
     ``retry_read_timeouts``, ``session``) are :class:`~agentsessions.endpoints._http.HTTPEndpoint`'s.
@@ -106,6 +170,7 @@ class AnthropicEndpoint(HTTPEndpoint):
         version: str = API_VERSION,
         thinking: int | Mapping[str, Any] | None = None,
         cache: bool = True,
+        compaction: bool | ServerCompaction = False,
         **options: Unpack[HTTPOptions],
     ) -> None:
         super().__init__(model, **options)
@@ -114,11 +179,24 @@ class AnthropicEndpoint(HTTPEndpoint):
         if not isinstance(cache, bool):
             raise TypeError(f"cache must be True or False, got {cache!r:.80}")
         self.cache = cache
+        self.compaction = _compaction(compaction)
+        if self.compaction is not None:
+            if "context_management" in self.extra_body:
+                raise ValueError(
+                    "extra_body cannot set 'context_management' with compaction on: AnthropicEndpoint writes it"
+                )
+            beta = _with_beta(self._headers, COMPACTION_BETA)
+            self._headers = {name: value for name, value in self._headers.items() if name.lower() != "anthropic-beta"}
+            self._headers["anthropic-beta"] = beta
 
     def _body(self, request: ModelRequest, max_tokens: int) -> dict[str, Any]:
+        if self.compaction is not None:
+            request = attrs.evolve(request, messages=start_at_last_compaction(request.messages))
         body = request_body(self.model, request, max_tokens, stream=self.stream, cache=self.cache)
         if self.thinking is not None:
             body["thinking"] = self.thinking
+        if self.compaction is not None:
+            body["context_management"] = {"edits": [self.compaction.edit()]}
         return body
 
     def _auth(self) -> dict[str, str]:
@@ -141,6 +219,46 @@ def _thinking(value: object) -> dict[str, Any] | None:
     if isinstance(value, Mapping):
         return dict(value)
     raise TypeError(f"thinking is a token budget (int) or the API's thinking object (dict), got {value!r:.80}")
+
+
+def _compaction(value: object) -> ServerCompaction | None:
+    if isinstance(value, ServerCompaction):
+        return value
+    if value is True:
+        return ServerCompaction()
+    if value is False or value is None:
+        return None
+    raise TypeError(f"compaction must be True, False or a ServerCompaction, got {value!r:.80}")
+
+
+def _with_beta(headers: Mapping[str, str], beta: str) -> str:
+    """The ``anthropic-beta`` header with ``beta`` added to those the caller asked for (comma-separated)."""
+    given = next((value for name, value in headers.items() if name.lower() == "anthropic-beta"), "")
+    names = [name.strip() for name in given.split(",") if name.strip()]
+    return ",".join(names if beta in names else [*names, beta])
+
+
+def start_at_last_compaction(messages: tuple[Message, ...]) -> tuple[Message, ...]:
+    """``messages`` from the one holding the last ``compaction`` block on (all of them if none has one).
+
+    The API drops everything before the last compaction block, so sending it is waste;
+    the store still holds it. Scanned from the end: a request pays for what follows the
+    last compaction, not for the whole history.
+    """
+    for index in range(len(messages) - 1, -1, -1):
+        if any(_is_compaction(block) for block in messages[index].content):
+            return messages[index:]
+    return messages
+
+
+def _is_compaction(block: Content) -> bool:
+    if block.type is not ContentType.RAW or block.name != PROVIDER or "compaction" not in block.data:
+        return False
+    try:
+        kept = json.loads(block.data)
+    except ValueError:
+        return False
+    return isinstance(kept, dict) and kept.get("type") == "compaction"
 
 
 def request_body(model: str, request: ModelRequest, max_tokens: int, *, stream: bool, cache: bool) -> dict[str, Any]:

@@ -13,6 +13,10 @@ Routes (JSON in, JSON out):
   every steer gets one answer. An ``Idempotency-Key`` header makes a retried request store
   its text once (409 when the key came with another text).
 - ``POST /conversations/<id>/cancel``: ``session.cancel()``, from any replica.
+- ``POST /conversations/<id>/approvals/<call_id>`` ``{"decision": "approve" | "reject",
+  "reason": ..., "by": ...}``: a person's decision on a call the conversation waits for
+  (the model asks to ``close_account`` when told "close my account"); once every call is
+  decided, this replica starts the run that goes on. 409 for a call decided otherwise.
 - ``GET /conversations/<id>``: the transcript and the session's record (state, holder, lease).
 
 The service itself is ``examples/service/conversations.py``, shared with ``examples/django``; this
@@ -62,6 +66,7 @@ from conversations import (
     EchoModel,
     EndpointFactory,
     add_service_arguments,
+    approval,
     body_text,
     cancel,
     new_turn,
@@ -96,6 +101,10 @@ def create_app(
     @app.post("/conversations/<conversation_id>/cancel")
     def post_cancel(conversation_id: str) -> ResponseReturnValue:
         return cancel(conversations, conversation_id)
+
+    @app.post("/conversations/<conversation_id>/approvals/<call_id>")
+    def post_approval(conversation_id: str, call_id: str) -> ResponseReturnValue:
+        return approval(conversations, conversation_id, call_id, request.get_json(silent=True))
 
     @app.get("/conversations/<conversation_id>")
     def get_conversation(conversation_id: str) -> ResponseReturnValue:

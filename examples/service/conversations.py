@@ -9,6 +9,8 @@ The scripts put this folder (``examples/service``) on ``sys.path`` to import it.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import logging
 import signal
 import threading
@@ -44,6 +46,16 @@ def look_up(query: str) -> str:
     return f"no notes about {query!r}"
 
 
+@agent.tool(needs_approval=True)
+def close_account(reason: str) -> str:
+    """Close the customer's account: a person approves each call first (the conversation waits).
+
+    Args:
+        reason: why, in the customer's words.
+    """
+    return f"account closed ({reason})"
+
+
 class EchoModel:
     """The offline model: calls ``look_up`` on a new question, then answers with what it heard.
 
@@ -61,6 +73,10 @@ class EchoModel:
         replies = sum(m.role is agent.Role.ASSISTANT for m in request.messages)
         self._wait_for_gate(replies + 1)
         last = request.messages[-1]
+        if not any(c.type is agent.ContentType.TOOL_RESULT for c in last.content) and "close my account" in last.text:
+            arguments = json.dumps({"reason": last.text})
+            call = agent.Content.tool_use(f"call-{replies + 1}", "close_account", arguments)
+            return agent.ModelResponse(agent.Message(agent.Role.ASSISTANT, [call]), stop_reason="tool_use")
         if not any(c.type is agent.ContentType.TOOL_RESULT for c in last.content):
             call = agent.Content.tool_use(f"call-{replies + 1}", "look_up", f'{{"query": "{len(last.text)} chars"}}')
             return agent.ModelResponse(agent.Message(agent.Role.ASSISTANT, [call]), stop_reason="tool_use")
@@ -125,6 +141,13 @@ class Conversations:
         self._track(conversation_id, entry, run)
         return run
 
+    def resume(self, conversation_id: str) -> agent.Run:
+        """Start the run that goes on from a wait whose calls are all decided (``ApprovalPendingError`` if not)."""
+        entry = _Entry()
+        run = self.runner.start(self._spec(conversation_id), agent.Resume(), *self._model(conversation_id, entry))
+        self._track(conversation_id, entry, run)
+        return run
+
     def send(self, conversation_id: str, text: str, key: str | None = None) -> agent.Run | None:
         """``Runner.send``: the text reaches the live run wherever it is, or starts one; answered once.
 
@@ -137,7 +160,8 @@ class Conversations:
         return run
 
     def _spec(self, conversation_id: str) -> agent.Spec:
-        return agent.Spec(session=self.session(conversation_id), tools=[look_up], max_steps=8, lease=self.lease)
+        tools = [look_up, close_account]
+        return agent.Spec(session=self.session(conversation_id), tools=tools, max_steps=8, lease=self.lease)
 
     def _model(self, conversation_id: str, entry: _Entry) -> tuple[agent.Endpoint, Callable[[Event], None]]:
         return self.endpoint_factory(conversation_id), self._listener(conversation_id, entry)
@@ -167,6 +191,7 @@ def info_json(info: agent.SessionInfo) -> dict[str, Any]:
         "holder": info.holder,
         "lease_expires_at": info.lease_expires_at.isoformat() if info.lease_expires_at else None,
         "pending_steers": info.pending_steers,
+        "pending_approvals": info.pending_approvals,
         "cancel_requested": info.cancel_requested,
         "length": info.length,
         "updated_at": info.updated_at.isoformat() if info.updated_at else None,
@@ -259,6 +284,30 @@ def cancel(conversations: Conversations, conversation_id: str) -> dict[str, Any]
     if run is not None:
         run.cancel()  # ours: it stops without waiting for its heartbeat to bring the request
     return {"conversation": conversation_id, "replica": conversations.runner.replica, "cancelled": cancelled}
+
+
+def approval(conversations: Conversations, conversation_id: str, call_id: str, body: object) -> Answer:
+    """A person's decision on a waiting call, from any replica; once every call is decided, the run goes on here.
+
+    The body is ``{"decision": "approve" | "reject", "reason": "...", "by": "..."}``. 409 when
+    the call was decided the other way or is not waiting (the same decision again is a 200).
+    """
+    fields = body if isinstance(body, dict) else {}
+    kind, reason, by = fields.get("decision"), fields.get("reason", ""), fields.get("by", "")
+    if kind not in ("approve", "reject") or not isinstance(reason, str) or not isinstance(by, str):
+        return {"error": 'the body must be JSON {"decision": "approve" | "reject", "reason": "...", "by": "..."}'}, 400
+    decision = agent.Decision.approve(by=by) if kind == "approve" else agent.Decision.reject(reason=reason, by=by)
+    session = conversations.session(conversation_id)
+    try:
+        state = session.decide({call_id: decision})
+    except agent.ConflictError as error:
+        return {"error": str(error)}, 409
+    started = False
+    if state is agent.RunState.WAITING and session.info().pending_approvals == 0:
+        with contextlib.suppress(agent.ConflictError):  # another replica's decision started it an instant before
+            conversations.resume(conversation_id)
+            started = True
+    return {"conversation": conversation_id, "replica": conversations.runner.replica, "started": started}, 200
 
 
 BAD_BODY = 'the body must be JSON {"text": "..."} with a non-empty text'

@@ -116,6 +116,27 @@ def test_the_list_shows_the_sessions_newest_first_and_opens_one(
     assert browser.execute_script("return window.pwned === undefined") is True
 
 
+def test_the_first_page_of_the_list_follows_the_store_without_a_reload(
+    browser: WebDriver, base: str, store: sqlite.SQLiteStore
+) -> None:
+    store.save("first", [Message.user("one")])
+    store.set_metadata("first", {"user": "42"})
+    browser.get(f"{base}/?metadata=user%3D42&token={TOKEN}")
+    wait(browser).until(lambda _: "first" in browser.find_element(By.CSS_SELECTOR, "table.sessions tbody").text)
+    browser.execute_script("window.notReloaded = true")
+    store.save("arrived <b>later</b>", [Message.user("two")])
+    store.set_metadata("arrived <b>later</b>", {"user": "42"})
+    store.save("someone else", [Message.user("three")])
+    store.set_metadata("someone else", {"user": "7"})
+    wait(browser).until(
+        lambda _: "arrived <b>later</b>" in browser.find_element(By.CSS_SELECTOR, "table.sessions tbody").text
+    )
+    rows = [row.text for row in browser.find_elements(By.CSS_SELECTOR, "table.sessions tbody tr")]
+    assert [row.split(" idle")[0] for row in rows] == ["arrived <b>later</b>", "first"]
+    assert browser.execute_script("return window.notReloaded === true") is True  # rows came in, no reload
+    assert 'idle <span class="count">3</span>' in browser.page_source  # the counts followed too
+
+
 def test_a_live_run_grows_takes_a_steer_and_is_cancelled(
     browser: WebDriver, base: str, store: sqlite.SQLiteStore
 ) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
 import multiprocessing
 import secrets
 import subprocess
@@ -28,7 +27,7 @@ import agentsessions as agent
 from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.stores.memory import MemoryStore
 from tests.support.backends import Opener, open_postgres, open_sqlite, postgres_url, scratch_redis, store_params
-from tests.support.paths import ROOT
+from tests.support.paths import ROOT, load_example
 from tests.support.servers import POSTGRES_DSN, REDIS_URL, require_server, skip_without
 from tests.support.waiting import wait_for
 
@@ -41,11 +40,7 @@ QUESTION = "where is order 42?"
 
 def example() -> ModuleType:
     """examples/resumer.py, imported from its file (examples/ is no package)."""
-    spec = importlib.util.spec_from_file_location("resumer_example", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example(EXAMPLE, "resumer_example")
 
 
 def doomed_run(opener: Opener, ready: Any) -> None:

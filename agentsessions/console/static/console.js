@@ -1,8 +1,40 @@
+// The first page of the sessions list follows the store without a reload: every two seconds
+// it asks the console for the same page and puts in its rows and its filter counts (HTML the
+// server built and escaped), so new sessions and changed states show as they happen.
+"use strict";
+(function () {
+  const table = document.querySelector("table.sessions[data-refresh]");
+  if (!table) {
+    return;
+  }
+  const every = Number(table.dataset.refresh);
+
+  async function refresh() {
+    try {
+      const response = await fetch(window.location.href, { credentials: "same-origin" });
+      if (response.ok) {
+        const page = new DOMParser().parseFromString(await response.text(), "text/html");
+        const rows = page.querySelector("table.sessions tbody");
+        const counts = page.querySelector("p.filters");
+        const shown = document.querySelector("p.filters");
+        if (rows && counts && shown) {
+          table.tBodies[0].replaceWith(document.importNode(rows, true));
+          shown.replaceWith(document.importNode(counts, true));
+        }
+      }
+    } catch (error) {
+      // The console restarting, or the network: try again at the next tick.
+    }
+    window.setTimeout(refresh, every);
+  }
+
+  window.setTimeout(refresh, every);
+})();
+
 // The session page follows the session without a reload: every second this asks the console
 // what changed and puts in the messages it sends (HTML the server built and escaped), and
 // keeps the actions true to the session: Cancel only while a run holds it, the fork's count
 // at the whole transcript (unless someone chose another), the tool a run is running named.
-"use strict";
 (function () {
   const transcript = document.getElementById("transcript");
   const status = document.getElementById("status");

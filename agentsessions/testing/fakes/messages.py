@@ -25,6 +25,12 @@ pieces and one ``signature_delta``, the input of ``tool_use``, ``server_tool_use
 with ``content: null`` and the final ``encrypted_content``, as the SDK's
 ``compaction_multi_delta_response`` recording has it), every other block whole in its start.
 
+Server-side compaction: a ``context_management`` edit ``compact_20260112`` (its trigger an
+``input_tokens`` count of at least 50,000) is refused without the ``compact-2026-01-12``
+beta header. A :class:`Reply` with
+``compaction_usage`` reports the compaction's tokens as the API does, in ``usage.iterations``
+(left out of the top-level counts). The refusal wordings are this fake's own.
+
 ``count_tokens=True`` makes the usage the fake's own count, with the prompt cache the API
 documents: see :class:`PromptCache`.
 """
@@ -93,6 +99,10 @@ class Reply:
     cut_after: int | None = None
     error_after: int | None = None
     model: str | None = None
+    compaction_usage: tuple[int, int] | None = None  # (input, output) tokens of a compaction iteration
+
+
+COMPACTION_BETA = "compact-2026-01-12"
 
 
 def _invalid(message: str) -> Rejected:
@@ -143,6 +153,7 @@ class FakeMessagesAPI(FakeServer):
             if not isinstance(tool.get("name"), str) or not isinstance(tool.get("input_schema"), dict):
                 raise _invalid(f"tools.{index}: name and input_schema are required")
         self._check_messages(body["messages"])
+        _check_compaction(headers, body)
         self._check_thinking(body)
         self._check_breakpoints(body)
 
@@ -260,14 +271,62 @@ class FakeMessagesAPI(FakeServer):
         if self.cache is not None:
             with self._lock:
                 read, write, uncached = self.cache.account(body)
-        usage = {
+        usage: dict[str, Any] = {
             "input_tokens": uncached,
             "cache_creation_input_tokens": write,
             "cache_read_input_tokens": read,
             "output_tokens": answer.output_tokens,
         }
+        if answer.compaction_usage is not None:
+            compacting, compacted = answer.compaction_usage
+            usage["iterations"] = [
+                {"type": "compaction", **_iteration(compacting, compacted)},
+                {"type": "message", **{key: usage[key] for key in _COUNTS}},
+            ]
         self.usages.append(usage)
         return usage
+
+
+_COUNTS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens")
+
+
+def _iteration(input_tokens: int, output_tokens: int) -> dict[str, int]:
+    return {
+        "input_tokens": input_tokens,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+        "output_tokens": output_tokens,
+    }
+
+
+def _check_compaction(headers: dict[str, str], body: dict[str, Any]) -> None:
+    """The beta header for compaction, and the ``compact_20260112`` edit's shape."""
+    beta = COMPACTION_BETA in [name.strip() for name in headers.get("anthropic-beta", "").split(",")]
+    management = body.get("context_management")
+    if management is not None:
+        edits = management.get("edits") if isinstance(management, dict) else None
+        if not isinstance(edits, list):
+            raise _invalid("context_management.edits: Input should be a valid list")
+        for number, edit in enumerate(edits):
+            if isinstance(edit, dict) and edit.get("type") == "compact_20260112":
+                _check_edit(f"context_management.edits.{number}", edit, beta)
+
+
+def _check_edit(where: str, edit: dict[str, Any], beta: bool) -> None:
+    if not beta:
+        raise _invalid(f"{where}: the compact_20260112 edit needs the anthropic-beta header {COMPACTION_BETA}")
+    unknown = set(edit) - {"type", "trigger", "instructions", "pause_after_compaction"}
+    if unknown:
+        raise _invalid(f"{where}.{sorted(unknown)[0]}: Extra inputs are not permitted")
+    trigger = edit.get("trigger")
+    if trigger is not None:
+        value = trigger.get("value") if isinstance(trigger, dict) else None
+        if not isinstance(trigger, dict) or trigger.get("type") != "input_tokens" or not isinstance(value, int):
+            raise _invalid(f"{where}.trigger: expected {{'type': 'input_tokens', 'value': int}}")
+        if value < 50_000:
+            raise _invalid(f"{where}.trigger.value: Input should be greater than or equal to 50000")
+    if not isinstance(edit.get("instructions") or "", str):
+        raise _invalid(f"{where}.instructions: Input should be a valid string")
 
 
 def _blocks(message: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -288,7 +347,10 @@ def _events(message: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from block_events(index, block)
         yield {"type": "content_block_stop", "index": index}
     delta: dict[str, Any] = {"stop_reason": message["stop_reason"], "stop_sequence": None}
-    yield {"type": "message_delta", "delta": delta, "usage": {"output_tokens": usage["output_tokens"]}}
+    counts = {"output_tokens": usage["output_tokens"]}
+    if "iterations" in usage:  # the whole answer's breakdown comes with the final counts
+        counts["iterations"] = usage["iterations"]
+    yield {"type": "message_delta", "delta": delta, "usage": counts}
     yield {"type": "message_stop"}
 
 
