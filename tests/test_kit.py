@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import gc
 import sqlite3
 from collections.abc import Sequence
 
@@ -10,7 +11,7 @@ import pytest
 
 from agentsessions.errors import FormatError, SchemaMissingError, StoreError
 from agentsessions.messages import Message
-from agentsessions.runs import SessionInfo
+from agentsessions.runs import Claim, SessionInfo
 from agentsessions.stores.kit import values
 from agentsessions.stores.kit.failures import first_line, translated
 from agentsessions.stores.kit.incremental import KnownSessions
@@ -97,3 +98,28 @@ def test_values_read_back_as_aware_utc() -> None:
     assert values.moment(b"%d" % values.micros(expected)) == expected
     assert values.micros(values.EPOCH) == 0 and values.span(1.5) == 1_500_000
     assert values.text("ü\ud800".encode("utf-8", "surrogatepass")) == "ü\ud800" and values.text(None) is None
+
+
+def test_a_runs_session_is_remembered_past_the_bound_while_its_claim_lives() -> None:
+    known = KnownSessions(size=2)
+    claim = Claim("held", 1, "replica", 30.0)
+    known.remember("held", 7, [Message.user("a")], claim)
+    for n in range(5):  # plain saves of more sessions than the bound
+        known.remember(f"plain {n}", n, [Message.user("b")])
+    assert known.get("plain 0") is None and known.get("plain 4") is not None
+    held = known.get("held", claim)
+    assert held is not None and held.revision == 7
+    assert known.get("held") is None  # a plain save does not build on a run's memory
+    assert known.get("held", Claim("held", 2, "replica", 30.0)) is None  # nor another run's
+
+
+def test_a_released_session_joins_the_recent_and_a_dropped_claim_is_forgotten() -> None:
+    known = KnownSessions(size=2)
+    kept, dropped = Claim("kept", 1, "r", 30.0), Claim("dropped", 2, "r", 30.0)
+    known.remember("kept", 1, [], kept)
+    known.remember("dropped", 2, [], dropped)
+    known.release("kept", kept)
+    assert known.get("kept") is not None and len(known) == 2
+    del dropped
+    gc.collect()
+    assert len(known) == 1  # what the run saved went with its claim

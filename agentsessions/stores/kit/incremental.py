@@ -64,7 +64,9 @@ class SessionMemory(Generic[V]):
         self._size = size
         self._recent: OrderedDict[str, V] = OrderedDict()
         self._held: dict[str, tuple[weakref.ref[Claim], V]] = {}
-        self._lock = threading.Lock()
+        # Reentrant: a claim's weakref callback takes it, and the garbage collector may run
+        # that callback on a thread that holds it already (inside any allocation below).
+        self._lock = threading.RLock()
 
     def __len__(self) -> int:
         with self._lock:
