@@ -8,7 +8,8 @@ MongoDB, a ``SET NX`` key with an expiry in Redis, SQLite's write lock), reading
 again once it holds the lock: of several replicas starting at once, one applies and the
 others find the work done. Every step is idempotent, so an interrupted migration is simply
 run again. ``--plan`` prints without applying; ``--sql`` prints only the statements, for a
-team whose own tool (Alembic, Flyway) runs migrations.
+team whose own tool (Alembic, Flyway) runs migrations (MongoDB and Redis have no SQL: it
+prints their steps as ``mongosh`` and ``redis-cli`` commands).
 
 Exit codes: 0 up to date or migrated; 1 failed (unreachable, refused, the lock held past
 ``--wait``, no driver); 2 bad usage; 3 the schema is newer than this release's.
@@ -69,6 +70,9 @@ def _migrate(migrator: Migrator, args: argparse.Namespace, url: StoreURL, out: I
     head = f"{migrator.store} at {url.shown}: schema version {shown}; this release uses version {migrator.version}"
     if args.sql:
         _print(out, f"{migrator.comment} {head}")
+        if migrator.language != "SQL":  # MongoDB, Redis: the steps as their shell writes them
+            said = f"the {migrator.store} has no SQL: its steps as {migrator.language} commands"
+            _print(out, f"{migrator.comment} {said}")
         for step in steps:
             _print(out, f"{migrator.comment} to version {step.version}: {step.summary}")
             for statement in step.statements:

@@ -4,8 +4,8 @@
 
 Prints, side by side, the median time of: a bare ``SELECT 1`` on a connection already in
 hand (one round trip), the pool's ``check_connection`` and ``postgres.check_connection``
-(the same round trip under a deadline: what the pool the store's docstring asks for adds
-to every borrow), ``save_run`` of one new message on a 20-message and on a 500-message
+(the same round trip under a deadline: what a pool made with ``check=`` adds to every
+borrow; the store's documented pool has none), ``save_run`` of one new message on a 20-message and on a 500-message
 transcript, ``fork`` of a whole 20-message and 2,000-message session, and ``renew`` of 1
 and of 1,000 claims, each through a pool with and without that check, and each as a ratio
 to the bare round trip.

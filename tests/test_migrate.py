@@ -7,11 +7,14 @@ server, on a database built at version 1 from ``tests/fixtures/schema_v1``.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
+import shlex
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -22,13 +25,23 @@ import agentsessions as agent
 from tests.support.backends import Opener, store_params
 from tests.support.schema_v1 import record_version, scratch_at, url_of, versions
 
-VERSIONED = ("sqlite", "postgres", "mysql")
+VERSIONED = ("sqlite", "postgres", "mysql", "mongodb", "redis")
 WANTED = 4
 MIGRATED = list(range(2, WANTED + 1))  # the versions a version-1 database is taken through
 ROOT = Path(__file__).resolve().parent.parent
 # The full count: AGENTSESSIONS_CRASH_TRIALS=100 python -m pytest tests/test_migrate.py -k killed -s
 TRIALS = int(os.environ.get("AGENTSESSIONS_CRASH_TRIALS", "4"))
 PATIENCE = 300.0  # a bound for a stuck process, not a pace
+# What the step from version 1 shows: SQL stores create the steer keys' table; MongoDB and
+# Redis keep steer keys in what they already write, so their step only records the version.
+STEP = {
+    "sqlite": "CREATE TABLE IF NOT EXISTS agentsessions_steer_keys",
+    "postgres": "CREATE TABLE IF NOT EXISTS agentsessions_steer_keys",
+    "mysql": "CREATE TABLE IF NOT EXISTS agentsessions_steer_keys",
+    "mongodb": 'db.runCommand({"update": "agentsessions_schema", "updates": [{"q": {"_id": 2}',
+    "redis": "HSETNX ",
+}
+COMMENT = {"mongodb": "//", "redis": "#"}  # the others' statements are SQL, whose comments start with --
 
 
 pytestmark = pytest.mark.slow  # every test starts interpreters
@@ -66,6 +79,14 @@ def found_version(opener: Opener) -> int | None:
         return migrator.found()
 
 
+def statements_from_1(opener: Opener) -> int:
+    """How many statements the first step from version 1 (to version 2) has."""
+    from agentsessions.stores.urls import open_migrator, parse_url
+
+    with open_migrator(parse_url(url_of(opener))) as migrator:
+        return len(migrator.plan(1)[0].statements)
+
+
 # --- What it prints, what it applies, how it exits ----------------------------------------------
 
 
@@ -76,8 +97,9 @@ def test_plan_prints_the_steps_and_applies_nothing(kind: str, tmp_path: Path) ->
         assert f"schema version 1; this release uses version {WANTED}" in done.stdout
         assert "to version 2: steer keys" in done.stdout and "to version 3: approvals" in done.stdout
         assert f"to version {WANTED}: session metadata" in done.stdout
-        assert "CREATE TABLE IF NOT EXISTS agentsessions_steer_keys" in done.stdout
-        assert "CREATE TABLE IF NOT EXISTS agentsessions_approvals" in done.stdout
+        assert STEP[kind] in done.stdout
+        if kind not in COMMENT:  # the SQL stores create a table a version
+            assert "CREATE TABLE IF NOT EXISTS agentsessions_approvals" in done.stdout
         assert found_version(opener) == 1
 
 
@@ -86,11 +108,15 @@ def test_sql_prints_a_script_that_migrates(kind: str, tmp_path: Path) -> None:
         done = migrate(url_of(opener), "--sql")
         assert done.returncode == 0, done.stderr
         assert found_version(opener) == 1
-        assert all(line.startswith(("--", " ", ")")) or line[:1].isupper() for line in done.stdout.splitlines())
+        comment = COMMENT.get(kind, "--")
+        starts = (comment, " ", ")", "db.runCommand(")  # or a statement's keyword: CREATE, INSERT, HSETNX
+        assert all(line.startswith(starts) or line[:1].isupper() for line in done.stdout.splitlines())
+        assert ("has no SQL" in done.stdout) == (kind in COMMENT)
         _run_script(opener, done.stdout)  # what a team's own migration tool would do with it
         assert found_version(opener) == WANTED
         again = migrate(url_of(opener), "--sql")
-        assert (again.returncode, again.stdout.splitlines()[1:]) == (0, [])  # up to date: nothing to run
+        heads = 2 if kind in COMMENT else 1  # the version found, and that there is no SQL
+        assert (again.returncode, again.stdout.splitlines()[heads:]) == (0, [])  # up to date: nothing to run
 
 
 def _run_script(opener: Opener, script: str) -> None:
@@ -114,6 +140,14 @@ def _run_script(opener: Opener, script: str) -> None:
                 conn.commit()
             finally:
                 conn.close()
+        elif kind_of(store) == "MongoStore":  # each line a db.runCommand(JSON), as mongosh would run it
+            for line in script.splitlines():
+                if line.startswith("db.runCommand("):
+                    store.database.command(json.loads(line.removeprefix("db.runCommand(").removesuffix(")")))
+        elif kind_of(store) == "RedisStore":  # each line a command, as redis-cli would send it
+            for line in script.splitlines():
+                if not line.startswith("#"):
+                    store.client.execute_command(*shlex.split(line))
         else:
             raise AssertionError(kind_of(store))
 
@@ -132,7 +166,8 @@ def test_it_migrates_then_finds_the_database_up_to_date(kind: str, tmp_path: Pat
         done = migrate(url_of(opener))
         assert done.returncode == 0, done.stderr
         assert f"migrated to version {WANTED}" in done.stdout
-        assert "ran 3/3" in done.stdout
+        count = statements_from_1(opener)
+        assert f"ran {count}/{count}" in done.stdout
         again = migrate(url_of(opener))
         assert (again.returncode, again.stdout.splitlines()[-1]) == (0, "up to date")
         with opener() as store:
@@ -208,6 +243,15 @@ def holding_the_lock(opener: Opener) -> Iterator[None]:
                     unlock(cur)
             finally:
                 conn.close()
+        elif kind_of(store) == "MongoStore":  # a live lock document, as a migration renewing it leaves
+            locks = store.database["agentsessions_schema"]
+            locks.insert_one({"_id": "migrate lock", "holder": "a test", "expires": 2**62})
+            yield
+            locks.delete_one({"_id": "migrate lock", "holder": "a test"})
+        elif kind_of(store) == "RedisStore":
+            store.client.set(store.prefix + "migrate", "a test", nx=True, px=round(PATIENCE * 1000))
+            yield
+            store.client.delete(store.prefix + "migrate")
         else:
             raise AssertionError(kind_of(store))
 
@@ -237,7 +281,7 @@ def test_a_migration_killed_half_way_finishes_when_run_again(kind: str, tmp_path
         (tmp_path / str(trial)).mkdir()
         with scratch_at(kind, tmp_path / str(trial), version=1) as opener:
             url = url_of(opener)
-            statements = 3
+            statements = statements_from_1(opener)
             after = rng.randrange(statements)  # killed after this statement ran, before the next
             process = start(url)
             assert process.stdout is not None
@@ -254,3 +298,40 @@ def test_a_migration_killed_half_way_finishes_when_run_again(kind: str, tmp_path
                 assert versions(store) == MIGRATED, where
                 store.add_steer("s", "the migrated store works")
                 assert store.take_steers("s") == ["the migrated store works"], where
+
+
+LAPSING = ("mongodb", "redis")  # the stores whose lock outlives a killed holder until its lease ends
+
+
+@pytest.mark.parametrize("kind", store_params(*LAPSING))
+def test_the_lock_a_killed_migration_left_lapses_and_the_next_applies(kind: str, tmp_path: Path) -> None:
+    with scratch_at(kind, tmp_path, version=1) as opener:
+        with opener() as store:
+            _leave_a_lock(store)  # what a migration killed while holding the lock leaves: one lease to run
+        held = migrate(url_of(opener), "--wait", "0.5")
+        assert held.returncode == 1 and "another migration held the lock" in held.stderr, held.stderr
+        again = migrate(url_of(opener), "--wait", "60")
+        assert again.returncode == 0, again.stderr
+        assert f"migrated to version {WANTED}" in again.stdout
+        with opener() as store:
+            assert versions(store) == MIGRATED and not _lock_left(store)
+
+
+def _leave_a_lock(store: Any) -> None:
+    if kind_of(store) == "MongoStore":
+        from agentsessions.stores.mongodb._schema import LOCK_LEASE
+
+        expires = int(time.time() * 1e6 + LOCK_LEASE * 1e6)
+        store.database["agentsessions_schema"].insert_one(
+            {"_id": "migrate lock", "holder": "killed", "expires": expires}
+        )
+    else:
+        from agentsessions.stores.redis._schema import LOCK_LEASE
+
+        store.client.set(store.prefix + "migrate", "killed", px=round(LOCK_LEASE * 1000))
+
+
+def _lock_left(store: Any) -> bool:
+    if kind_of(store) == "MongoStore":
+        return store.database["agentsessions_schema"].find_one({"_id": "migrate lock"}) is not None
+    return bool(store.client.exists(store.prefix + "migrate"))

@@ -22,7 +22,7 @@ from tests.support.backends import Opener, store_params
 from tests.support.previous_release import run_previous, snapshot
 from tests.support.schema_v1 import record_version, scratch_at, versions
 
-VERSIONED = ("sqlite", "postgres", "mysql")
+VERSIONED = ("sqlite", "postgres", "mysql", "mongodb", "redis")
 """The persistent stores that record a schema version, as tests.support.backends names them."""
 
 WANTED = 4
@@ -153,6 +153,18 @@ def test_a_new_database_records_its_version(kind: str, tmp_path: Path) -> None:
         store.save("s", [agent.Message.user("hi")])
         assert store.schema_version() == WANTED
         assert versions(store) == [WANTED]
+        assert isinstance(store, schema.VersionedStore)
+        assert kind == "sqlite" or isinstance(store, schema.MigratingStore)  # SQLite migrates itself on open
+
+
+@pytest.mark.parametrize("name", ["sqlite", "postgres", "mysql", "mongodb", "redis"])
+def test_every_persistent_store_module_exports_its_version_and_migrations(name: str) -> None:
+    import importlib
+
+    module = importlib.import_module(f"agentsessions.stores.{name}")
+    assert module.SCHEMA_VERSION == WANTED
+    assert sorted(module.MIGRATIONS) == list(range(1, WANTED)) and callable(module.migrator)
+    assert {"SCHEMA_VERSION", "MIGRATIONS", "migrator"} <= set(module.__all__)
 
 
 def test_the_next_version_is_accepted_and_two_newer_refused(kind: str, tmp_path: Path) -> None:
@@ -200,6 +212,10 @@ def _drop_versions(store: Any) -> None:
             conn.commit()
         finally:
             conn.close()
+    elif kind == "MongoStore":
+        store.database["agentsessions_schema"].delete_many({})
+    elif kind == "RedisStore":
+        store.client.delete(store.prefix + "schema")
     else:
         raise AssertionError(kind)
 

@@ -77,11 +77,45 @@ def scratch_at(kind: str, tmp_path: Path, version: int | None) -> Iterator[Opene
             ),
         ),
         "mongodb": ("MongoDB", lambda: backends.scratch_mongodb(MONGODB_URI, v1_mongodb_indexes() if version else {})),
-        "redis": ("Redis", lambda: backends.scratch_redis(REDIS_URL)),  # version 1 is no key at all
+        "redis": ("Redis", lambda: backends.scratch_redis(REDIS_URL)),  # version 1: a session, no version
     }
     name, scratch = places[kind]
     with contextlib.ExitStack() as stack:
-        yield require_server(name, lambda: stack.enter_context(scratch()))
+        opener = require_server(name, lambda: stack.enter_context(scratch()))
+        if version == 1 and kind in ("mongodb", "redis"):
+            _hold_a_session(opener)
+        yield opener
+
+
+def _hold_a_session(opener: Opener) -> None:
+    """Make the scratch place one at version 1 that holds a session, with no version recorded.
+
+    MongoDB and Redis have no tables: a place without sessions is a new one, whose version the
+    first store call records. A session without steer keys is stored alike by both versions, so
+    this release writes it; then its version record, made by that first call, is removed.
+    """
+    import agentsessions as agent
+
+    with opener() as store:
+        if type(store).__name__ == "MongoStore":  # this release's store needs its indexes to write
+            from agentsessions.stores import mongodb
+
+            for name, models in mongodb.INDEXES.items():
+                store.database[name].create_indexes(models)
+        store.save("made at version 1", [agent.Message.user("before versions were recorded")])
+        if type(store).__name__ == "MongoStore":  # back to version 1's indexes, and no version
+            store.database["agentsessions_schema"].delete_many({})
+            kept = {
+                doc["name"]
+                for docs in json.loads((FIXTURES / "mongodb_indexes.json").read_text()).values()
+                for doc in docs
+            }
+            for name in mongodb.INDEXES:
+                for index in list(store.database[name].list_indexes()):
+                    if index["name"] not in kept | {"_id_"}:
+                        store.database[name].drop_index(index["name"])
+        else:
+            store.client.delete(store.prefix + "schema")
 
 
 def _opener(function: Callable[..., AbstractContextManager[Any]], *args: Any) -> Opener:

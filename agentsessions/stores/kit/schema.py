@@ -27,19 +27,24 @@ drives. Every step is idempotent, so a migration that was interrupted is simply 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Protocol, runtime_checkable
 
 import attrs
 
-from agentsessions.errors import SchemaMissingError, SchemaTooNewError
+from agentsessions.errors import SchemaMissingError, SchemaTooNewError, StoreError
 
 __all__ = [
     "VERSION_TABLE",
     "Applied",
+    "LeaseLock",
     "MigratingStore",
     "Migrator",
     "Step",
+    "StepsMigrator",
     "VersionedStore",
     "check_version",
     "migrate_command",
@@ -172,12 +177,14 @@ class VersionedStore(Protocol):
 class Migrator(Protocol):
     """What ``agentsessions migrate`` drives: a store module's ``migrator(...)`` returns one.
 
-    ``store`` names the store in messages, ``version`` is the module's ``SCHEMA_VERSION``, and
-    ``comment`` starts a comment in the language of the steps' statements (``--`` in SQL).
+    ``store`` names the store in messages, ``version`` is the module's ``SCHEMA_VERSION``,
+    ``language`` names the language of the steps' statements (``"SQL"``, ``"mongosh"``,
+    ``"redis-cli"``), and ``comment`` starts a comment in it (``--`` in SQL).
     """
 
     store: str
     version: int
+    language: str
     comment: str
 
     def found(self) -> int | None:
@@ -208,3 +215,91 @@ class MigratingStore(Protocol):
     def migrator(self) -> Migrator:
         """The migrator over the connections this store was given."""
         ...
+
+
+class LeaseLock:
+    """A migration lock that lapses: taken with a lease that a thread renews while it is held.
+
+    For a database with no lock that ends with its connection (a lock document in MongoDB,
+    a ``SET NX PX`` key in Redis): a migrator killed while holding it blocks the others for
+    one ``lease`` at most. ``take()`` tries once and says whether it got the lock,
+    ``renew()`` extends it (``False``: it was lost), ``release()`` gives it back; each is
+    one small write that checks this holder's token.
+    """
+
+    def __init__(
+        self,
+        *,
+        take: Callable[[], bool],
+        renew: Callable[[], bool],
+        release: Callable[[], object],
+        lease: float,
+        store: str,
+    ) -> None:
+        self._take, self._renew, self._release = take, renew, release
+        self.lease, self.store = lease, store
+
+    @contextmanager
+    def held(self, wait: float) -> Iterator[None]:
+        """Hold the lock, waiting up to ``wait`` seconds for it; a :class:`StoreError` if it stayed taken."""
+        deadline = time.monotonic() + wait
+        while not self._take():
+            if time.monotonic() >= deadline:
+                raise StoreError(f"{self.store}: another migration held the lock for {wait:g} s")
+            time.sleep(min(0.1, self.lease / 10))  # polled: the lock's holder may be dead, so nothing will wake us
+        done = threading.Event()
+        renewer = threading.Thread(target=self._renewing, args=(done,), name="agentsessions migrate lock", daemon=True)
+        renewer.start()
+        try:
+            yield
+        finally:
+            done.set()
+            renewer.join()
+            self._release()
+
+    def _renewing(self, done: threading.Event) -> None:
+        # A third of the lease apart, so two late renewals still leave it held; a failed one
+        # leaves the steps to finish (each is idempotent) and the lock to lapse.
+        while not done.wait(self.lease / 3):
+            try:
+                if not self._renew():
+                    return
+            except Exception:  # the step's own call will fail and say why
+                return
+
+
+class StepsMigrator:
+    """A :class:`Migrator` whose statements are shown as shell commands and run as driver calls.
+
+    For MongoDB and Redis, which have no SQL: a subclass gives ``found()``, ``_lock`` and
+    ``_actions(found)``: each step with, for each of its statements, the call that runs it.
+    """
+
+    store: str
+    version: int
+    language: str
+    comment: str
+    _lock: LeaseLock
+
+    def found(self) -> int | None:  # pragma: no cover - every subclass has its own
+        """The version the database records; ``None`` when it has none of the store's data."""
+        raise NotImplementedError
+
+    def _actions(self, found: int | None) -> list[tuple[Step, list[Callable[[], object]]]]:  # pragma: no cover
+        raise NotImplementedError
+
+    def plan(self, found: int | None) -> list[Step]:
+        """The steps from ``found`` to this release's version."""
+        return [step for step, _ in self._actions(found)]
+
+    def apply(self, *, wait: float, ran: Callable[[Step, int], None] | None = None) -> Applied:
+        """Under the lease lock: read the version again and run each call of the missing steps."""
+        with self._lock.held(wait):
+            found = self.found()
+            steps = self._actions(found)
+            for step, calls in steps:
+                for index, call in enumerate(calls):
+                    call()
+                    if ran is not None:
+                        ran(step, index)
+            return Applied(found, tuple(step for step, _ in steps))

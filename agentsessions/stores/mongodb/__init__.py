@@ -2,7 +2,11 @@
 
 The library creates no index: create those in :data:`INDEXES` once per database
 (``for name, models in INDEXES.items(): database[name].create_indexes(models)``). Until
-then every call raises :class:`~agentsessions.errors.SchemaMissingError`. It needs
+then every call raises :class:`~agentsessions.errors.SchemaMissingError`. The schema's
+version is recorded in the collection ``agentsessions_schema``: by the first call on a
+database with no session yet, or by ``agentsessions migrate --store mongodb://...``, which
+brings a database made by an earlier release forward (see ``_schema``); the store reads it
+at its first call and refuses an older one by name. It needs
 MongoDB 4.2 or later (``add_steer`` is an update with an aggregation pipeline), and
 ``fork`` 4.4 (its ``$merge`` writes into the collection it reads).
 
@@ -120,8 +124,27 @@ from agentsessions.stores.mongodb._layout import (
     text_of,
     too_many_steers,
 )
+from agentsessions.stores.mongodb._schema import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    MongoMigrator,
+    checked_version,
+    read_version,
+    record_new,
+)
 
-__all__ = ["COUNTERS", "INDEXES", "MESSAGES", "PAGE_SIZE", "SESSIONS", "MongoStore"]
+__all__ = [
+    "COUNTERS",
+    "INDEXES",
+    "MESSAGES",
+    "MIGRATIONS",
+    "PAGE_SIZE",
+    "SCHEMA_VERSION",
+    "SESSIONS",
+    "MongoMigrator",
+    "MongoStore",
+    "migrator",
+]
 
 SESSIONS = "agentsessions_sessions"
 MESSAGES = "agentsessions_messages"
@@ -219,9 +242,22 @@ class MongoStore:
         self._counters: Collection[dict[str, Any]] = db[COUNTERS]
         self._known = KnownSessions()
         self._indexes_checked = False
+        self._version: int | None = None  # read (or, for a new database, recorded) at the first call
 
     def __repr__(self) -> str:
         return f"MongoStore(database={self.database.name!r})"
+
+    def migrator(self) -> MongoMigrator:
+        """What migrates this store's database (``agentsessions migrate`` drives it); see :func:`migrator`."""
+        return migrator(self.database)
+
+    def schema_version(self) -> int:
+        """The version of the database's schema, read (or recorded, for a new one) at the first call."""
+        if self._version is None:
+            with self._errors("read the schema version", None):
+                pass
+        assert self._version is not None  # the first call reads it, or raises
+        return self._version
 
     # --- Transcripts and steers (the seed's four) ------------------------------------------
 
@@ -659,7 +695,16 @@ class MongoStore:
     def _errors(self, action: str, session_id: str | None) -> Iterator[None]:
         errors = (PyMongoError, BSONError)
         with translated(errors, self._name, action, session_id, known=self._known), pymongo.timeout(self._timeout):
+            # Once per store object (a race only reads it twice). An older version is refused
+            # before the indexes are checked: its missing index is the migration's to build.
+            found = self._version
+            if found is None:
+                found = read_version(self._sessions.database, SESSIONS)
+                if found is not None:
+                    checked_version(found, could_not(self._name, action, session_id))
             self._check_indexes()
+            if self._version is None:
+                self._version = found if found is not None else record_new(self._sessions.database)
             yield
 
 
@@ -674,3 +719,8 @@ def _listed_info(doc: Mapping[str, Any], now: datetime.datetime) -> SessionInfo:
 def _new(session_id: str) -> dict[str, Any]:
     """The fields a session document gets when an upsert creates it."""
     return {"sort": sort_key(session_id)}
+
+
+def migrator(database: Database[Any]) -> MongoMigrator:
+    """The :class:`~agentsessions.stores.kit.schema.Migrator` of ``database``."""
+    return MongoMigrator(database, INDEXES, SESSIONS)

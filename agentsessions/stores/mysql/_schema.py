@@ -177,8 +177,8 @@ class MySQLMigrator:
 
     store = "MySQL store"
     version = SCHEMA_VERSION
-    comment = "--"
     language = "SQL"
+    comment = "--"
 
     def __init__(self, connect: Callable[[], Any], schema: list[str]) -> None:
         self.connect = connect
@@ -219,9 +219,16 @@ class MySQLMigrator:
         except pymysql.err.Error as error:
             raise StoreError(f"{self.store} could not migrate: {explain(error, connecting=True)}") from error
         try:
-            conn.autocommit(True)
+            # The session variable, not conn.autocommit(): a pool's connection (DBUtils) has no
+            # such method. Set back before the connection returns to its pool.
             with conn.cursor(pymysql.cursors.Cursor) as cur:
-                yield cur
+                cur.execute("SELECT @@autocommit")
+                (was,) = cur.fetchone()
+                cur.execute("SET autocommit = 1")
+                try:
+                    yield cur
+                finally:
+                    cur.execute(f"SET autocommit = {int(was)}")
         except pymysql.err.Error as error:
             raise StoreError(f"{self.store} could not migrate: {describe(error)}") from error
         finally:

@@ -201,6 +201,7 @@ class PostgresMigrator:
 
     store = "PostgreSQL store"
     version = SCHEMA_VERSION
+    language = "SQL"
     comment = "--"
 
     def __init__(self, pool: ConnectionPool[Any]) -> None:

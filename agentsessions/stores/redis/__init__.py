@@ -22,7 +22,7 @@ import datetime
 import functools
 import secrets
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import contextmanager
 from typing import Any
 
 try:
@@ -53,12 +53,20 @@ from agentsessions.session import check_fork_at, check_session_id
 from agentsessions.stores.kit import approvals as kit_approvals
 from agentsessions.stores.kit import arguments, steerkeys, values
 from agentsessions.stores.kit.approvals import check_wait, decode, encode, pending_count
-from agentsessions.stores.kit.failures import translated
+from agentsessions.stores.kit.failures import could_not, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
 from agentsessions.stores.redis import _scripts as scripts
+from agentsessions.stores.redis._schema import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    VERSION,
+    RedisMigrator,
+    checked_version,
+    migrator,
+)
 
-__all__ = ["PAGE_SIZE", "RedisStore"]
+__all__ = ["MIGRATIONS", "PAGE_SIZE", "SCHEMA_VERSION", "RedisMigrator", "RedisStore", "migrator"]
 
 PAGE_SIZE = 500
 """How many sessions :meth:`RedisStore.sessions` fetches per script call."""
@@ -110,6 +118,8 @@ class RedisStore:
             register(scripts.CANCEL),
         )
         self._fork, self._claim, self._renew = register(scripts.FORK), register(scripts.CLAIM), register(scripts.RENEW)
+        self._read_version = register(VERSION)
+        self._version: int | None = None  # read (or, for a new prefix, recorded) at the first call
         self._wait, self._decide = register(scripts.WAIT), register(scripts.DECIDE)
         self._set_metadata = register(scripts.SET_METADATA)
 
@@ -120,6 +130,18 @@ class RedisStore:
         where = f"{host}:{kwargs.get('port') or 6379}" if host else kwargs.get("path", "?")
         where = f"{where}/{kwargs.get('db', 0)}"
         return f"RedisStore({where!r}, prefix={self.prefix!r})"
+
+    def migrator(self) -> RedisMigrator:
+        """What migrates this store's keys (``agentsessions migrate`` drives it); see :func:`migrator`."""
+        return migrator(self.client, self.prefix)
+
+    def schema_version(self) -> int:
+        """The version of the key layout under the prefix, read (or recorded, for a new one) at the first call."""
+        if self._version is None:
+            with self._errors("read the schema version"):
+                pass
+        assert self._version is not None  # the first call reads it, or raises
+        return self._version
 
     # --- Keys ------------------------------------------------------------------------------
 
@@ -389,9 +411,15 @@ class RedisStore:
             yield revision, plan.matching(bodies)
         yield None, 0
 
-    def _errors(self, action: str, session_id: str = "") -> AbstractContextManager[None]:
+    @contextmanager
+    def _errors(self, action: str, session_id: str = "") -> Iterator[None]:
         # redis-py's messages name the host and port, never the password.
-        return translated(redis.RedisError, "Redis store", action, session_id, known=self._known)
+        with translated(redis.RedisError, "Redis store", action, session_id, known=self._known):
+            if self._version is None:  # once per store object; a race only reads it twice
+                keys, args = [self._prefix + b"schema", self._index], [str(SCHEMA_VERSION), "first use of a new prefix"]
+                found = int(self._read_version(keys, args))
+                self._version = checked_version(found, could_not("Redis store", action, session_id or None))
+            yield
 
 
 _RETRY_DROPS = (

@@ -216,6 +216,7 @@ class SQLiteMigrator:
 
     store = "SQLite store"
     version = SCHEMA_VERSION
+    language = "SQL"
     comment = "--"
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
