@@ -82,6 +82,7 @@ def info_json(info: SessionInfo) -> dict[str, Any]:
         "pending_steers": info.pending_steers,
         "cancel_requested": info.cancel_requested,
         "metadata": info.metadata,
+        "pending_approvals": info.pending_approvals,
     }
 
 
@@ -143,6 +144,8 @@ def header(info: SessionInfo, steers: Sequence[Steer], now: datetime.datetime) -
     if info.updated_at is not None:
         updated = f"updated {utc(info.updated_at)} UTC ({span((now - info.updated_at).total_seconds())} ago)"
     lines.append(f"messages  {info.length}, {updated}")
+    if info.state is RunState.WAITING:
+        lines[1] += f" (for approval: {info.pending_approvals} call(s) undecided; agentsessions approvals ID)"
     lines.append(f"steers    {len(steers)} waiting" + (":" if steers else ""))
     lines.extend(f"{_INDENT}[{steer.seq}] {clean_line(steer.text)}" for steer in steers)
     return lines

@@ -27,9 +27,9 @@
 
 ``list --json`` writes JSON Lines: one object per session, newest update first, with
 ``id``, ``state``, ``length``, ``updated_at``, ``holder``, ``lease_expires_at`` (ISO 8601,
-UTC, or null), ``pending_steers`` and ``cancel_requested``. ``show --json`` writes one
-object: the same fields, ``steers`` (``seq`` and ``text`` of each one waiting) and
-``transcript`` (the ``dumps`` form, parsed).
+UTC, or null), ``pending_steers``, ``cancel_requested``, ``metadata`` and
+``pending_approvals``. ``show --json`` writes one object: the same fields, ``steers``
+(``seq`` and ``text`` of each one waiting) and ``transcript`` (the ``dumps`` form, parsed).
 
 Store URLs (--store, else the AGENTSESSIONS_STORE environment variable):
   sqlite:///absolute/path.db  sqlite:relative/path.db

@@ -7,8 +7,9 @@
 For each store and each number of sessions N, through one store object: every session is
 saved at 10 messages, then grown by one message each, round-robin (N - 1 other sessions
 saved between two saves of one session), and those saves are timed ("early"); then every
-session is brought to 120 messages and grown by one again, timed ("late"). The table
-prints the median of each and late/early side by side (goal: at most 1.2). Two ways of
+session is brought to 120 messages and grown by one again, timed ("late"). All of it
+twice; the table prints the lower of the two medians of each and late/early side by side
+(goal: at most 1.2). Two ways of
 saving: ``run``, each session held by a run (``claim``, then ``save_run`` under it: what a
 replica running N sessions at once does), and ``plain`` (``store.save``: a web view's
 saves), for which a store object remembers only the 256 sessions it used last and reads
@@ -91,16 +92,18 @@ def measure(store: Any, name: str, sessions: int, mode: str, talk: list[agent.Me
         else:
             store.save(ids[i], talk[:length])
 
-    _round(save, sessions, EARLY)
-    early = statistics.median(_round(save, sessions, EARLY + 1))
-    _round(save, sessions, LATE)
-    late = statistics.median(_round(save, sessions, LATE + 1))
+    early, late = [], []
+    for _ in range(2):  # twice, the lower median of each kept: a busy moment of the machine falls on one
+        _round(save, sessions, EARLY)  # from LATE + 1 the second time: a cut, not timed
+        early.append(statistics.median(_round(save, sessions, EARLY + 1)))
+        _round(save, sessions, LATE)
+        late.append(statistics.median(_round(save, sessions, LATE + 1)))
     memory = remembered(store) if mode == "run" else None
     for i, session_id in enumerate(ids):
         if claims:
             store.save_run(claims[i], talk[: LATE + 1], end=RunState.FINISHED)
         store.delete(session_id)
-    return Row(name, sessions, mode, early, late, memory, load())
+    return Row(name, sessions, mode, min(early), min(late), memory, load())
 
 
 def remembered(store: Any) -> int:

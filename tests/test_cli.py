@@ -535,6 +535,8 @@ def test_approvals_approve_reject_and_list_waiting(backend: Backend) -> None:
     )
     listed = cli("--store", url, "list", "--state", "waiting", "--json")
     assert listed.code == 0 and [json.loads(line)["id"] for line in listed.lines()] == ["tidy"]
+    assert json.loads(listed.lines()[0])["pending_approvals"] == 2
+    assert "for approval: 2 call(s) undecided" in cli("--store", url, "show", "tidy").out
     shown = cli("--store", url, "approvals", "tidy")
     assert shown.code == 0 and [line.split()[:3] for line in shown.lines()] == [
         ["c1", "delete", "undecided"],
