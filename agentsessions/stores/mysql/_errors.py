@@ -55,7 +55,7 @@ def explain(error: BaseException, *, connecting: bool = False, payload: int = 0)
         return (
             f"the connection to the server at {where} was lost or already closed ({said}): the server restarted, "
             "stopped answering or is unreachable, or the connection was killed or idle past wait_timeout; nothing "
-            "uncommitted was kept. Retry, with a pool that checks connections before lending them (DBUtils: ping=1)"
+            "uncommitted was kept. Retry; a DBUtils pool (as stores.from_url makes it) replaces a dropped connection"
         )
     if code == _LOCK_WAIT_TIMEOUT:
         return f"another transaction held the session's rows past innodb_lock_wait_timeout ({said}); retry later"
