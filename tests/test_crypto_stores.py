@@ -73,6 +73,9 @@ def test_every_store_wrapped_keeps_the_contract(name: str, place: Opener, stores
     objects = itertools.cycle(stores)  # a new wrapper per call, over the two replicas in turn
     kind = _kind(place)
     report = storetest.check(name, lambda: encrypted(next(objects), KEYRING), max_examples=EXAMPLES.get(kind, 50))
+    if kind == "memory" and name == storetest.SCHEMA:  # no database, so no schema version
+        assert report.skipped == (name,) and not report.examples, report
+        return
     assert report.skipped == () and report.examples[name] > 0, report
     assert report.replicas
 

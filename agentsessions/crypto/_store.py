@@ -52,6 +52,7 @@ OPTIONAL_METHODS = (
     *("info", "sessions", "delete", "cancel", "claim", "peek_steers", "save_run", "renew"),
     *("fork", "set_metadata", "close"),
     *("wait", "approvals", "decide"),
+    *("schema_version", "migrator"),
 )
 """The methods the wrapper has when, and only when, the store it wraps has them."""
 
@@ -234,6 +235,15 @@ class _Everything(EncryptedStore):
         """The wrapped store's listing (ids, states and times are kept in clear, for this)."""
         result: Iterator[SessionInfo] = self.inner.sessions(state=state, updated_before=updated_before, **filters)
         return result
+
+    def schema_version(self) -> int:
+        """The schema version of the wrapped store's database (encryption changes no schema)."""
+        version: int = self.inner.schema_version()
+        return version
+
+    def migrator(self) -> Any:
+        """The wrapped store's migrator: ``agentsessions migrate`` brings its schema forward."""
+        return self.inner.migrator()
 
     def set_metadata(self, session_id: str, metadata: Mapping[str, str]) -> None:
         """Set the session's metadata in the wrapped store, in clear: listing by it needs it readable."""

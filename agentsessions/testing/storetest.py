@@ -57,6 +57,7 @@ from agentsessions.testing._storetest_keys import KEY_CHECKS, KEYS
 from agentsessions.testing._storetest_many import MANY, check_many
 from agentsessions.testing._storetest_metadata import METADATA, METADATA_CHECKS
 from agentsessions.testing._storetest_runs import RUN_CHECKS, RUN_PROPERTIES
+from agentsessions.testing._storetest_schema import SCHEMA, SCHEMA_CHECKS, versioned
 from agentsessions.testing._storetest_support import (
     CONTENT,
     MESSAGE,
@@ -87,6 +88,7 @@ __all__ = [
     "METADATA",
     "PROPERTIES",
     "RUN_PROPERTIES",
+    "SCHEMA",
     "Report",
     "check",
     "properties",
@@ -112,6 +114,7 @@ PROPERTIES: tuple[str, ...] = (
     FORK,
     *APPROVAL_PROPERTIES,
     METADATA,
+    SCHEMA,
 )
 """The names of the properties :func:`run` checks, in the order it checks them."""
 
@@ -135,7 +138,8 @@ class Report:
     :class:`~agentsessions.session.RunStore`, the fork property for one that is not a
     :class:`~agentsessions.session.ForkStore`, the steer-key property for one whose
     ``add_steer`` takes no ``key`` (:func:`~agentsessions.session.keeps_steer_keys`), the
-    metadata property for one that is not a :class:`~agentsessions.session.MetadataStore`.
+    metadata property for one that is not a :class:`~agentsessions.session.MetadataStore`, the
+    schema property for one without ``schema_version`` (a store with no database).
     """
 
     examples: Mapping[str, int] = attrs.field(converter=_read_only)
@@ -209,6 +213,7 @@ def _check(names: Sequence[str], factory: Callable[[], Store], max_examples: int
             or (name == KEYS and not keeps_steer_keys(context.store))
             or (name in APPROVAL_PROPERTIES and not isinstance(context.store, ApprovalStore))
             or (name == METADATA and not isinstance(context.store, MetadataStore))
+            or (name == SCHEMA and not versioned(context.store))
         ):
             skipped.append(name)
             continue
@@ -644,6 +649,7 @@ _CHECKS: dict[str, Callable[[Context], None]] = {
     **KEY_CHECKS,
     **APPROVAL_CHECKS,
     **METADATA_CHECKS,
+    **SCHEMA_CHECKS,
     MODEL: _check_model,
     VERBATIM: _check_verbatim,
     ISOLATED: _check_ids,

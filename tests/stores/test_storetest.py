@@ -464,16 +464,66 @@ def test_a_run_store_whose_add_steer_takes_no_key_skips_the_key_property() -> No
     assert storetest.check(storetest.KEYS, MemoryStore, max_examples=2).skipped == ()
 
 
+class _Found:
+    """A migrator that finds ``version`` recorded."""
+
+    def __init__(self, version: int) -> None:
+        self.version = version
+
+    def found(self) -> int:
+        return self.version
+
+
+class SaysAVersionItsDatabaseDoesNotRecord(MemoryStore):
+    """Reports version 4 while its migrator finds 3 recorded."""
+
+    def schema_version(self) -> int:
+        return 4
+
+    def migrator(self) -> _Found:
+        return _Found(3)
+
+
+class ReportsNoVersion(MemoryStore):
+    """Has ``schema_version`` but answers 0."""
+
+    def schema_version(self) -> int:
+        return 0
+
+
+class KeepsItsVersion(MemoryStore):
+    """A store over a database at version 2, as its migrator finds."""
+
+    def schema_version(self) -> int:
+        return 2
+
+    def migrator(self) -> _Found:
+        return _Found(2)
+
+
+@pytest.mark.parametrize("broken", [SaysAVersionItsDatabaseDoesNotRecord, ReportsNoVersion])
+def test_a_store_whose_schema_version_is_wrong_fails_the_schema_property(broken: type[MemoryStore]) -> None:
+    with pytest.raises(AssertionError, match=re.escape(repr(storetest.SCHEMA))):
+        storetest.check(storetest.SCHEMA, broken, max_examples=2)
+
+
+def test_a_store_whose_migrator_finds_its_version_passes_the_schema_property() -> None:
+    report = storetest.check(storetest.SCHEMA, KeepsItsVersion, max_examples=2)
+    assert report.skipped == () and report.examples[storetest.SCHEMA] == 1
+
+
 def test_memory_store_passes_and_reports_examples() -> None:
     report = storetest.run(MemoryStore, max_examples=EXAMPLES)
-    assert tuple(report.examples) == storetest.PROPERTIES
-    assert report.skipped == ()
+    ran = tuple(p for p in storetest.PROPERTIES if p != storetest.SCHEMA)  # no database, no schema version
+    assert tuple(report.examples) == ran
+    assert report.skipped == (storetest.SCHEMA,)
     assert all(count >= 1 for count in report.examples.values()), report.examples
     assert report.examples["the store agrees with a dict model"] >= EXAMPLES
     assert report.examples["run states follow their transitions"] >= EXAMPLES
     assert report.total == sum(report.examples.values())
     assert report.seconds > 0
-    pattern = rf"storetest: \d+ examples over {len(storetest.PROPERTIES)} properties in \d+\.\d s"
+    skipped = r" \(1 skipped for capabilities the store lacks\)"
+    pattern = rf"storetest: \d+ examples over {len(ran)} properties in \d+\.\d s{skipped}"
     assert re.fullmatch(pattern, str(report))
 
 
@@ -486,6 +536,7 @@ def test_a_store_with_only_the_seed_methods_skips_the_run_properties() -> None:
         storetest.FORK,
         *storetest.APPROVAL_PROPERTIES,
         storetest.METADATA,
+        storetest.SCHEMA,
     )
     assert report.skipped == skipped
     assert tuple(report.examples) == tuple(p for p in storetest.PROPERTIES if p not in skipped)
