@@ -376,3 +376,16 @@ def test_an_encrypted_store_is_reported_as_such() -> None:
     store = encrypted(MemoryStore(), KEYRING)
     assert isinstance(store, EncryptedStore) and "k1" in repr(store) and OLD.hex() not in repr(store)
     assert store.keyring is KEYRING and store.allow_plaintext is False
+
+
+def test_metadata_stays_clear_under_encryption(tmp_path: Path) -> None:
+    store = encrypted(sqlite.open(tmp_path / "s.db"), KEYRING)
+    assert isinstance(store, agent.MetadataStore)
+    session = agent.open("s", store)
+    session.save([agent.Message.user("a secret question")])
+    session.set_metadata({"user": "42"})
+    assert [info.id for info in store.sessions(metadata={"user": "42"})] == ["s"]
+    with contextlib.closing(sqlite3.connect(tmp_path / "s.db")) as db:
+        assert db.execute("SELECT mkey, mvalue FROM agentsessions_metadata").fetchall() == [("user", "42")]
+        bodies = " ".join(body for (body,) in db.execute("SELECT body FROM agentsessions_messages"))
+    assert "a secret question" not in bodies

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 import agentsessions as agent
-from agentsessions.crypto import Keyring, encrypted
 from agentsessions.metadata import MAX_KEYS, check_metadata
 from agentsessions.runs import exists
 from agentsessions.stores import sqlite
@@ -78,20 +77,6 @@ def test_session_info_holds_its_own_copy() -> None:
 def test_bad_metadata_names_what_is_wrong(bad: Any, error: type[Exception], words: str) -> None:
     with pytest.raises(error, match=words):
         check_metadata(bad)
-
-
-def test_metadata_stays_clear_under_encryption(tmp_path: Path) -> None:
-    keyring = Keyring({"k1": bytes(32)}, current="k1")
-    store = encrypted(sqlite.open(tmp_path / "s.db"), keyring)
-    assert isinstance(store, agent.MetadataStore)
-    session = agent.open("s", store)
-    session.save([agent.Message.user("a secret question")])
-    session.set_metadata({"user": "42"})
-    assert [info.id for info in store.sessions(metadata={"user": "42"})] == ["s"]
-    with contextlib.closing(sqlite3.connect(tmp_path / "s.db")) as db:
-        assert db.execute("SELECT mkey, mvalue FROM agentsessions_metadata").fetchall() == [("user", "42")]
-        bodies = " ".join(body for (body,) in db.execute("SELECT body FROM agentsessions_messages"))
-    assert "a secret question" not in bodies
 
 
 def test_sqlite_lists_by_metadata_through_the_pair_index(tmp_path: Path) -> None:
