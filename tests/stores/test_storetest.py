@@ -366,9 +366,9 @@ class TookOverWhatWasHeldBefore(MemoryStore):
 class IgnoresSteerKeys(MemoryStore):
     """Takes a key and stores every keyed steer all the same: a retry is a second steer."""
 
-    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None, if_busy: str = "steer") -> RunState:
         """Add the steer, whatever the key."""
-        return super().add_steer(session_id, text)
+        return super().add_steer(session_id, text, if_busy=if_busy)
 
 
 class ForgetsKeysWhenTaken(MemoryStore):
@@ -390,10 +390,10 @@ class ChecksKeysApart(MemoryStore):
         super().__init__()
         self.kept: dict[tuple[str, str], str] = {}
 
-    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None, if_busy: str = "steer") -> RunState:
         """Look the key up, give other threads the moment between, then add."""
         if key is None:
-            return super().add_steer(session_id, text)
+            return super().add_steer(session_id, text, if_busy=if_busy)
         kept = self.kept.get((session_id, key))
         if kept is not None:
             if kept != text:
@@ -401,7 +401,7 @@ class ChecksKeysApart(MemoryStore):
             return self.info(session_id).state
         time.sleep(0.01)  # the gap between two steps, widened so that every racing thread falls into it
         self.kept[(session_id, key)] = text
-        return super().add_steer(session_id, text)
+        return super().add_steer(session_id, text, if_busy=if_busy)
 
 
 class KeepsKeysAfterDelete(MemoryStore):
@@ -411,17 +411,17 @@ class KeepsKeysAfterDelete(MemoryStore):
         super().__init__()
         self.kept: dict[tuple[str, str], bytes] = {}
 
-    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None, if_busy: str = "steer") -> RunState:
         """Keep keys outside the session's entry."""
         if key is None:
-            return super().add_steer(session_id, text)
+            return super().add_steer(session_id, text, if_busy=if_busy)
         digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
         if (session_id, key) in self.kept:
             if self.kept[(session_id, key)] != digest:
                 raise ConflictError("another text")
             return self.info(session_id).state
         self.kept[(session_id, key)] = digest
-        return super().add_steer(session_id, text, key=key)
+        return super().add_steer(session_id, text, key=key, if_busy=if_busy)
 
 
 class MergesMetadata(MemoryStore):
