@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 import agentsessions as agent
 from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.stores.memory import MemoryStore
+from tests.support.backends import PERSISTENT, scratch_opener, store_params
 from tests.support.sending import user_texts
 from tests.support.waiting import wait_for
 
@@ -32,6 +34,20 @@ class Gate:
         return agent.ModelResponse(agent.Message.assistant(f"you said: {request.messages[-1].text}"))
 
 
+@pytest.fixture(params=store_params("memory", "encrypted", *PERSISTENT))
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[agent.RunStore]:
+    """A store of each kind in turn: memory, memory wrapped by crypto.encrypted, each persistent store."""
+    if request.param == "memory":
+        yield MemoryStore()
+        return
+    if request.param == "encrypted":
+        crypto = pytest.importorskip("agentsessions.crypto", reason="crypto.encrypted needs the cryptography package")
+        yield crypto.encrypted(MemoryStore(), crypto.Keyring({"k1": bytes(range(32))}, current="k1"))
+        return
+    with scratch_opener(request.param, tmp_path) as opener, opener() as opened:
+        yield opened
+
+
 def live_run(store: agent.RunStore, session_id: str, model: Gate) -> tuple[agent.Spec, agent.Run]:
     """A run of ``session_id`` held by replica "a", inside its first model request."""
     spec = agent.Spec(session=agent.open(session_id, store), max_steps=6, lease=10.0)
@@ -52,8 +68,8 @@ def finished(store: agent.RunStore, session_id: str) -> agent.SessionInfo:
     return info
 
 
-def test_reject_refuses_while_a_run_is_live_and_stores_nothing() -> None:
-    store, model = MemoryStore(), Gate()
+def test_reject_refuses_while_a_run_is_live_and_stores_nothing(store: agent.RunStore) -> None:
+    model = Gate()
     spec, run = live_run(store, "s", model)
     elsewhere = agent.Runner(replica="b")
     with pytest.raises(agent.SessionBusyError, match="held by 'a'"):
@@ -66,8 +82,8 @@ def test_reject_refuses_while_a_run_is_live_and_stores_nothing() -> None:
     assert again is not None and again.wait(10).text == "you said: third"
 
 
-def test_queue_is_left_by_the_live_run_and_answered_by_the_next() -> None:
-    store, model = MemoryStore(), Gate()
+def test_queue_is_left_by_the_live_run_and_answered_by_the_next(store: agent.RunStore) -> None:
+    model = Gate()
     spec, run = live_run(store, "s", model)
     assert agent.Runner(replica="b").send(spec, "second", model, if_busy="queue") is None
     assert [s.after_token for s in store.peek_steers("s")] != [0]
@@ -81,8 +97,7 @@ def test_queue_is_left_by_the_live_run_and_answered_by_the_next() -> None:
     assert messages[-1].text == "you said: second"
 
 
-def test_interrupt_stops_the_live_run_and_a_new_run_answers() -> None:
-    store = MemoryStore()
+def test_interrupt_stops_the_live_run_and_a_new_run_answers(store: agent.RunStore) -> None:
     done_calls: list[str] = []
 
     @agent.tool
@@ -121,8 +136,8 @@ def test_interrupt_stops_the_live_run_and_a_new_run_answers() -> None:
     assert len(model.requests) == 2
 
 
-def test_keys_work_with_every_policy() -> None:
-    store, model = MemoryStore(), Gate()
+def test_keys_work_with_every_policy(store: agent.RunStore) -> None:
+    model = Gate()
     spec, run = live_run(store, "s", model)
     b = agent.Runner(replica="b")
     assert b.send(spec, "queued", model, if_busy="queue", key="k1") is None
@@ -162,16 +177,15 @@ def test_a_bad_policy_and_a_store_without_policies_are_refused() -> None:
 
 
 @pytest.mark.parametrize("policy", ["queue", "interrupt"])
-def test_queued_texts_survive_the_holders_death_and_a_resumer_answers(policy: str) -> None:
+def test_queued_texts_survive_the_holders_death_and_a_resumer_answers(store: agent.RunStore, policy: str) -> None:
     # The live run's process "dies": its hold stops renewing and it never ends. The lease lapses,
     # and the resumer's claim (a later token) takes the queued text.
-    with contextlib.nullcontext(MemoryStore()) as store:
-        claim = store.claim("s", replica="dead", lease=0.5)
-        store.save_run(claim, [agent.Message.user("first")])
-        assert store.add_steer("s", "second", if_busy=policy) is agent.RunState.RUNNING
-        wait_for("the dead run's lease to lapse", lambda: store.info("s").state is agent.RunState.STALLED, 10)
-        spec = agent.Spec(session=agent.open("s", store))
-        model = ScriptedEndpoint([agent.Message.assistant("answered")])
-        result = agent.Runner(replica="resumer").run(spec, agent.Resume(), model)
-        assert user_texts(result.messages) == ["first", "second"]
-        assert store.info("s").pending_steers == 0
+    claim = store.claim("s", replica="dead", lease=0.5)
+    store.save_run(claim, [agent.Message.user("first")])
+    assert store.add_steer("s", "second", if_busy=policy) is agent.RunState.RUNNING  # type: ignore[call-arg]
+    wait_for("the dead run's lease to lapse", lambda: store.info("s").state is agent.RunState.STALLED, 10)
+    spec = agent.Spec(session=agent.open("s", store))
+    model = ScriptedEndpoint([agent.Message.assistant("answered")])
+    result = agent.Runner(replica="resumer").run(spec, agent.Resume(), model)
+    assert user_texts(result.messages) == ["first", "second"]
+    assert store.info("s").pending_steers == 0
