@@ -49,6 +49,7 @@ _NOTICES = {
     "steer-waits": "Steer stored: no live run holds the session, so it waits for the next run.",
     "cancelling": "Cancel requested: the run stops before its next step.",
     "no-run": "No live run holds this session: nothing to cancel.",
+    "wait-ended": "The wait ended: each of its calls is answered as cancelled, and the session is cancelled.",
     "forked": "Forked: this is the new session.",
     "deleted": "Deleted.",
     "approved": "Approved: a run started with Resume() runs the call once every call of the wait is decided.",
@@ -252,7 +253,10 @@ class Console:
 
     def _cancel(self, root: str, form: Params) -> Response:
         info = self._known(_one(form, "id"))
-        return self._back(root, info.id, "cancelling" if self.store.cancel(info.id) else "no-run")
+        # A waiting session's cancel ends its wait (session.cancel): its calls are answered as cancelled.
+        if not open_session(info.id, self.store).cancel():
+            return self._back(root, info.id, "no-run")
+        return self._back(root, info.id, "wait-ended" if info.state is RunState.WAITING else "cancelling")
 
     def _approve(self, root: str, form: Params) -> Response:
         return self._decide(root, form, Decision.approve(by=form.get("by", [""])[0]))

@@ -205,9 +205,13 @@ def approvals(root: str, info: SessionInfo, calls: Sequence[Approval], csrf: str
         return ""
     hidden = csrf_field(csrf) + f'<input type="hidden" name="id" value="{escape(info.id)}">'
     shown = "".join(_approval(root, hidden, call) for call in calls) or "<p>no calls</p>"
+    end = (
+        f'<form method="post" action="{root}/cancel" class="end-wait">{hidden}'
+        '<button type="submit" name="do" value="end-wait" class="danger">Cancel: end the wait</button></form>'
+    )
     return (
         f'<section class="panel approvals" data-mark="{escape(approvals_mark(info, calls))}">'
-        f"<h2>Approvals</h2>{shown}</section>"
+        f"<h2>Approvals</h2>{shown}{end}</section>"
     )
 
 

@@ -525,3 +525,16 @@ def test_the_list_filters_waiting_sessions_and_shows_their_pending_approvals(
     assert 'waiting <span class="count">1</span>' in listed
     store.decide("tidy", {"c1": agent.Decision.approve()})
     assert '<span class="pending-approvals">1 pending</span>' in get(f"{base}/").text
+
+
+def test_cancel_on_a_waiting_session_ends_the_wait(base: str, store: sqlite.SQLiteStore) -> None:
+    wait = Waiting(store, "tidy")
+    page = get(f"{base}/session?id=tidy").text
+    assert '<button type="submit" name="do" value="end-wait" class="danger">' in page
+    ended = post(base, "cancel", "tidy", csrf(page))
+    assert ended.status_code == 303 and "notice=wait-ended" in ended.headers["Location"]
+    assert "The wait ended" in get(base + ended.headers["Location"]).text
+    assert store.info("tidy").state is agent.RunState.CANCELLED and wait.ran == []
+    answered = [c for c in store.messages("tidy")[-1].content if c.type is ContentType.TOOL_RESULT]
+    assert [(c.tool_use_id, c.is_error) for c in answered] == [("c1", True), ("c2", True)]
+    assert "notice=no-run" in post(base, "cancel", "tidy", csrf(page)).headers["Location"]  # nothing left to end
