@@ -148,6 +148,7 @@ def status(info: SessionInfo, steers: Sequence[Steer], now: datetime.datetime) -
         f'<dl><dt>state</dt><dd><span class="state {info.state.value}">{info.state.value}</span>{cancelling}</dd>'
         f"<dt>holder</dt><dd>{holder}</dd><dt>lease</dt><dd>{escape(fmt.lease(info, now))}</dd>"
         + (doing if info.state is RunState.RUNNING else "")
+        + (f"<dt>approvals</dt><dd>{_pending(info)}</dd>" if info.state is RunState.WAITING else "")
         + f"<dt>messages</dt><dd>{info.length}</dd><dt>updated (UTC)</dt><dd>{fmt.utc(info.updated_at)}</dd>"
         f"<dt>steers waiting</dt><dd>{len(steers)}</dd></dl>" + (f'<ol class="steers">{waiting}</ol>' if steers else "")
     )

@@ -454,6 +454,7 @@ def test_a_waiting_session_shows_its_calls_and_the_decisions_go_through_the_stor
     assert panel.count('<button type="submit" name="do" value="approve">') == 2
     assert panel.count('<button type="submit" name="do" value="reject" class="danger">') == 2
     assert EVIL not in page and "a&lt;script&gt;" in panel  # the model's input is text, in a form too
+    assert '<dt>approvals</dt><dd><span class="pending-approvals">2 pending</span></dd>' in page
     token = csrf(page)
     seen = json.dumps({"path": f"a{EVIL}.txt"})
     approved = post(base, "approve", "tidy", token, call="c1", seen=seen, by="ann")
