@@ -29,7 +29,7 @@ from agentsessions.approvals import Approval, Decision, check_decisions, check_i
 from agentsessions.crypto import _approvals as approval_crypto
 from agentsessions.crypto._keyring import Keyring
 from agentsessions.crypto._sealing import Sealer
-from agentsessions.errors import ConflictError, FormatError
+from agentsessions.errors import ConflictError, FormatError, SessionBusyError
 from agentsessions.messages import Message, check_transcript, transcript_list
 from agentsessions.runs import Claim, Progress, Renewal, RunState, SessionInfo, Steer
 from agentsessions.session import (
@@ -37,8 +37,10 @@ from agentsessions.session import (
     RunStore,
     Store,
     check_fork_at,
+    check_if_busy,
     check_session_id,
     check_steer,
+    keeps_busy_policies,
     keeps_steer_keys,
 )
 from agentsessions.stores.kit import arguments
@@ -176,7 +178,7 @@ class EncryptedStore:
             first = first_seq.get(steer_id) if steer_id else None
             if first is None:
                 first_seq[steer_id] = steer.seq
-                opened.append(Steer(steer.seq, text))
+                opened.append(Steer(steer.seq, text, steer.after_token))
             else:
                 twins.setdefault(first, []).append(steer.seq)
         return opened, twins
@@ -201,27 +203,38 @@ class _Everything(EncryptedStore):
 
     inner: Any  # has whichever of these methods the class was built with
 
-    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None, if_busy: str = "steer") -> RunState:
         """Leave a steer, stored encrypted; with ``key``, safe to retry (the wrapped store keeps the key).
 
         A keyed steer is sealed deterministically (see :mod:`agentsessions.crypto._sealing`),
         so a retry hands the wrapped store the ciphertext it kept. A retry after the current
         key changed is sealed again under each older key of the keyring before its
-        :class:`~agentsessions.ConflictError` is believed.
+        :class:`~agentsessions.ConflictError` is believed. ``if_busy`` goes to the wrapped
+        store, which decides it (a ``TypeError`` if that store takes none).
         """
         session_id, text, key = arguments.add_steer(session_id, text, key)
+        policy: dict[str, str] = {}
+        if check_if_busy(if_busy) != "steer":
+            if not keeps_busy_policies(self.inner):
+                raise TypeError(
+                    f"{type(self.inner).__name__} cannot apply if_busy={if_busy!r}: its add_steer takes none"
+                )
+            policy["if_busy"] = if_busy
         if key is None:
-            state: RunState = self.inner.add_steer(session_id, self._sealer.seal_steer(session_id, text))
+            state: RunState = self.inner.add_steer(session_id, self._sealer.seal_steer(session_id, text), **policy)
             return state
         current = self.keyring.current
         try:
-            state = self.inner.add_steer(session_id, self._sealer.seal_keyed_steer(session_id, key, text), key=key)
+            sealed = self._sealer.seal_keyed_steer(session_id, key, text)
+            state = self.inner.add_steer(session_id, sealed, key=key, **policy)
             return state
+        except SessionBusyError:
+            raise  # if_busy="reject" refused it: no older key's ciphertext changes that
         except ConflictError as conflict:
             for key_id in (k for k in self.keyring.ids if k != current):
                 with contextlib.suppress(ConflictError):
                     sealed = self._sealer.seal_keyed_steer(session_id, key, text, key_id)
-                    state = self.inner.add_steer(session_id, sealed, key=key)
+                    state = self.inner.add_steer(session_id, sealed, key=key, **policy)
                     return state
             raise conflict
 

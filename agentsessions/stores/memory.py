@@ -34,6 +34,7 @@ from agentsessions.runs import (
 from agentsessions.session import check_fork_at, check_session_id
 from agentsessions.stores.kit import approvals as kit_approvals
 from agentsessions.stores.kit import arguments, steerkeys
+from agentsessions.stores.kit import busy as policies
 from agentsessions.stores.kit.approvals import check_wait
 
 __all__ = ["MemoryStore"]
@@ -120,20 +121,27 @@ class MemoryStore:
         entry = self._sessions.get(check_session_id(session_id))
         return list(entry.messages) if entry else []
 
-    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None, if_busy: str = "steer") -> RunState:
         """Leave a steer for the session's run; returns the session's state as it was stored.
 
         A ``key`` the session holds stores nothing: the state for the same text, a
-        :class:`ConflictError` for another.
+        :class:`ConflictError` for another. ``if_busy`` decides what the steer does while a
+        live run holds the session (:mod:`agentsessions.stores.kit.busy`).
         """
         session_id, text, key = arguments.add_steer(session_id, text, key)
+        if_busy = policies.check(if_busy)
         entry = self._locked(session_id)
         try:
+            state = entry.state(utcnow())
             if key is None or steerkeys.fresh(entry.keys.get(key), text, session_id, key):
+                after = policies.after_token(
+                    if_busy, state, entry.token, session_id, entry.holder, entry.lease_expires_at
+                )
                 if key is not None:
                     entry.keys[key] = steerkeys.digest(text)
-                entry.steers.append(Steer(next(self._seqs), text))
-            return entry.state(utcnow())
+                entry.steers.append(Steer(next(self._seqs), text, after))
+                entry.cancel_requested = entry.cancel_requested or policies.interrupts(if_busy, after)
+            return state
         finally:
             entry.lock.release()
 
