@@ -83,6 +83,7 @@ def info_json(info: SessionInfo) -> dict[str, Any]:
         "cancel_requested": info.cancel_requested,
         "metadata": info.metadata,
         "pending_approvals": info.pending_approvals,
+        "approval_deadline": _iso(info.approval_deadline),
     }
 
 
@@ -145,7 +146,8 @@ def header(info: SessionInfo, steers: Sequence[Steer], now: datetime.datetime) -
         updated = f"updated {utc(info.updated_at)} UTC ({span((now - info.updated_at).total_seconds())} ago)"
     lines.append(f"messages  {info.length}, {updated}")
     if info.state is RunState.WAITING:
-        lines[1] += f" (for approval: {info.pending_approvals} call(s) undecided; agentsessions approvals ID)"
+        due = "" if info.approval_deadline is None else f", the first expiring {utc(info.approval_deadline)} UTC"
+        lines[1] += f" (for approval: {info.pending_approvals} call(s) undecided{due}; agentsessions approvals ID)"
     lines.append(f"steers    {len(steers)} waiting" + (":" if steers else ""))
     lines.extend(f"{_INDENT}[{steer.seq}] {clean_line(steer.text)}" for steer in steers)
     return lines
@@ -234,7 +236,8 @@ def approvals(calls: Sequence[Approval]) -> list[str]:
         decided = call.decision or "undecided"
         who = f" by {clean_line(call.by)}" if call.by else ""
         why = f" ({clean_line(call.reason)})" if call.reason else ""
-        lines.append(f"{clean_line(call.call_id)}  {call.tool}  {decided}{who}{why}  {one_line(call.input)}")
+        due = f" (expires {_iso(call.expires_at)})" if call.expires_at is not None and call.decision is None else ""
+        lines.append(f"{clean_line(call.call_id)}  {call.tool}  {decided}{due}{who}{why}  {one_line(call.input)}")
     return lines
 
 
@@ -245,4 +248,5 @@ def approval_json(call: Approval) -> dict[str, Any]:
         **{name: getattr(call, name) for name in fields},
         "requested_at": _iso(call.requested_at),
         "decided_at": _iso(call.decided_at),
+        "expires_at": _iso(call.expires_at),
     }

@@ -37,7 +37,8 @@ log = logging.getLogger("agentsessions")
 
 APPROVED: Literal["approved"] = "approved"
 REJECTED: Literal["rejected"] = "rejected"
-_DECISIONS = frozenset({APPROVED, REJECTED})
+EXPIRED: Literal["expired"] = "expired"
+_DECISIONS = frozenset({APPROVED, REJECTED, EXPIRED})
 
 
 def _text(_: object, attribute: attrs.Attribute[str], value: object) -> None:
@@ -52,7 +53,7 @@ def _time(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
 
 def _decision(_: object, __: attrs.Attribute[str | None], value: object) -> None:
     if value is not None and value not in _DECISIONS:
-        raise ValueError(f'Approval.decision is None, "approved" or "rejected", got {value!r:.80}')
+        raise ValueError(f'Approval.decision is None, "approved", "rejected" or "expired", got {value!r:.80}')
 
 
 @attrs.frozen
@@ -70,6 +71,12 @@ class Approval:
     runs as the model wrote it. ``input_schema`` is the tool's input schema as JSON text,
     stored with the wait when the run stopped, so that a process that never saw the tool
     checks an edited input against it (``""``: none known, only JSON is checked).
+
+    ``expires_at`` is when an undecided call stops waiting (``requested_at`` plus the tool's
+    ``approval_timeout``; ``None``: it waits for as long as it takes). Past it the call can
+    no longer be approved or rejected: its ``decision`` becomes ``"expired"`` (recorded by
+    the first decision or resume after the deadline, with ``decided_at`` the deadline), and
+    a resumed run gives it an error result saying the approval expired.
     """
 
     call_id: str = attrs.field(validator=_text)
@@ -82,6 +89,11 @@ class Approval:
     decided_at: datetime.datetime | None = attrs.field(default=None, validator=_time)
     original_input: str | None = attrs.field(default=None, validator=attrs.validators.optional(_text))
     input_schema: str = attrs.field(default="", validator=_text)
+    expires_at: datetime.datetime | None = attrs.field(default=None, validator=_time)
+
+    def expired(self, now: datetime.datetime) -> bool:
+        """Whether this call is undecided and past its deadline at ``now``."""
+        return self.decision is None and self.expires_at is not None and self.expires_at <= now
 
     @property
     def pending(self) -> bool:
@@ -91,9 +103,14 @@ class Approval:
 
 @attrs.frozen
 class Decision:
-    """A decision on one waiting call, for ``session.decide``: :meth:`approve` or :meth:`reject`."""
+    """A decision on one waiting call, for ``session.decide``: :meth:`approve` or :meth:`reject`.
 
-    decision: Literal["approved", "rejected"] = attrs.field(validator=attrs.validators.in_(_DECISIONS))
+    ``Decision("expired")`` records what the clock decided already: a call past its
+    ``expires_at`` takes it (a retry when recorded), any other call refuses it. Resumers
+    record expiries with it before a run answers them.
+    """
+
+    decision: Literal["approved", "rejected", "expired"] = attrs.field(validator=attrs.validators.in_(_DECISIONS))
     by: str = attrs.field(default="", validator=_text)
     reason: str = attrs.field(default="", validator=_text)
     input: str | None = attrs.field(default=None, validator=attrs.validators.optional(_text))
@@ -236,14 +253,22 @@ def decided(
 
     ``waiting``: whether the session waits now. Raises :class:`ConflictError` naming the
     first call that cannot take its decision (unknown, decided otherwise, or undecided in a
-    session that no longer waits): all or none.
+    session that no longer waits, or past its deadline): all or none. While the session
+    waits, every undecided call past its ``expires_at`` is recorded ``"expired"`` in the
+    same step, whatever ``decisions`` names.
     """
     by_id = {approval.call_id: approval for approval in approvals}
-    changed = False
+    lapsed = [call for call in approvals if waiting and call.expired(now)]
+    for call in lapsed:
+        by_id[call.call_id] = attrs.evolve(call, decision=EXPIRED, decided_at=call.expires_at)
+    changed = bool(lapsed)
     for call_id, decision in decisions.items():
         approval = by_id.get(call_id)
         if approval is None:
             raise ConflictError(f"session {session_id!r:.80} has no call {call_id!r:.80} waiting for a decision")
+        if decision.decision == EXPIRED and approval.decision is None:
+            due = "no deadline" if approval.expires_at is None else f"it expires at {approval.expires_at}"
+            raise ConflictError(f"call {call_id!r:.80} of session {session_id!r:.80} has not expired: {due}")
         wanted = wanted_input(approval, decision)
         if approval.decision == decision.decision and wanted == approval.input:
             continue  # the same decision (and input) again: a retry, recorded once
@@ -291,6 +316,11 @@ def edited_message(message: Message, inputs: Mapping[str, str]) -> Message:
         changed = f"the transcript's last message no longer holds call {call!r:.80}"
         raise ConflictError(f"{changed}: the transcript changed since the wait")
     return attrs.evolve(message, content=tuple(content))
+
+
+def deadline(approvals: Sequence[Approval]) -> datetime.datetime | None:
+    """The earliest ``expires_at`` among the undecided calls of ``approvals``; ``None`` if none has one."""
+    return min((a.expires_at for a in approvals if a.decision is None and a.expires_at is not None), default=None)
 
 
 def pending_count(approvals: Sequence[Approval]) -> int:
@@ -347,6 +377,7 @@ def encode(approvals: Sequence[Approval]) -> str:
                 "decided_at": _when(a.decided_at),
                 **({} if a.original_input is None else {"original_input": _spelled(a.original_input)}),
                 **({"input_schema": _spelled(a.input_schema)} if a.input_schema else {}),
+                **({} if a.expires_at is None else {"expires_at": _when(a.expires_at)}),
             }
             for a in approvals
         ],
@@ -380,6 +411,7 @@ def _approval(row: Mapping[str, Any]) -> Approval:
         _parsed(row["decided_at"]),
         None if row.get("original_input") is None else _joined(row["original_input"]),
         _joined(row.get("input_schema", "")),
+        _parsed(row.get("expires_at")),
     )
 
 
@@ -397,6 +429,11 @@ def rejected(approval: Approval) -> str:
     who = f" ({approval.by})" if approval.by else ""
     why = f": {approval.reason}" if approval.reason else ""
     return f"a person rejected this tool call{who}, so it did not run{why}"
+
+
+def expired(approval: Approval) -> str:
+    """The error result a call whose approval expired gets."""
+    return f"nobody approved this tool call before its approval expired at {approval.expires_at}, so it did not run"
 
 
 def pending_error(session_id: str, count: int) -> ApprovalPendingError:

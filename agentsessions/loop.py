@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 
 from agentsessions import events as ev
-from agentsessions.approvals import APPROVED, REJECTED, Approval, Call, binding, rejected
+from agentsessions.approvals import APPROVED, EXPIRED, REJECTED, Approval, Call, binding, expired, rejected
 from agentsessions.endpoint import Endpoint, ModelRequest, Usage
 from agentsessions.errors import RunFinishedError
 from agentsessions.messages import Content, ContentType, Message, Role, put_results
@@ -206,12 +206,15 @@ class ReactLoop:
                 run.append(use)
             elif approval is not None and approval.decision == REJECTED:
                 results.append(Content.tool_result(use.id, rejected(approval), is_error=True))
+            elif approval is not None and approval.decision == EXPIRED:
+                results.append(Content.tool_result(use.id, expired(approval), is_error=True))
             else:
                 now = now or utcnow()
                 requested = approval.requested_at if approval is not None else now
+                expires = None if tool.approval_timeout is None else requested + tool.approval_timeout
                 # The tool's schema waits with the call: a decider that never saw the tool checks an edited input.
                 schema = json.dumps(dict(tool.input_schema), ensure_ascii=False, separators=(",", ":"))
-                asked.append(Approval(use.id, use.name, use.input, requested, input_schema=schema))
+                asked.append(Approval(use.id, use.name, use.input, requested, input_schema=schema, expires_at=expires))
         return run, asked
 
     def call_tools(self, uses: list[Content], results: list[Content]) -> None:

@@ -11,7 +11,9 @@ lease, no fencing, and a steer taken by a run that dies before its next save is 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import contextvars
+import datetime
 import logging
 import os
 import socket
@@ -23,7 +25,7 @@ from types import TracebackType
 
 from agentsessions import events as ev
 from agentsessions import persistence
-from agentsessions.approvals import Decision
+from agentsessions.approvals import EXPIRED, Decision
 from agentsessions.endpoint import Endpoint
 from agentsessions.errors import ApprovalPendingError, ConflictError, RunError, RunnerClosedError, SessionBusyError
 from agentsessions.loop import EventSink, ReactLoop, SteerBox
@@ -365,7 +367,13 @@ class Runner:
         if self._closed:
             raise RunnerClosedError(f"{self!r} was shut down; it starts no more runs")
         # The claim, when the store keeps runs (no lock held): how the run persists is decided here, once.
-        keep = persistence.choose(spec.session, journal=spec.journal, replica=self.replica, lease=spec.lease)
+        try:
+            keep = persistence.choose(spec.session, journal=spec.journal, replica=self.replica, lease=spec.lease)
+        except ApprovalPendingError:
+            if not _record_expiries(spec.session):
+                raise
+            # Every call still waiting expired, and that is recorded now: the run answers them.
+            keep = persistence.choose(spec.session, journal=spec.journal, replica=self.replica, lease=spec.lease)
         if resume is not None:
             transcript = self._resumed(spec, resume, keep)
         follow = None if spec.session is None else lambda: self._follow_up(spec, endpoint, events)
@@ -425,6 +433,25 @@ def _reject_undecided(session: StoreSession, reason: str) -> None:
             return
         except ConflictError:
             continue
+
+
+def _record_expiries(session: Session | None) -> bool:
+    """Record ``"expired"`` on the waiting calls past their deadline; whether a claim may now succeed.
+
+    The store decides with its own clock (a call not yet expired there refuses it, and the
+    claim after this raises :class:`ApprovalPendingError` again), in the same atomic step
+    as any decision, so a person's decision racing the deadline and this one never both land.
+    """
+    if not isinstance(session, StoreSession):
+        return False
+    now = datetime.datetime.now(datetime.UTC)
+    waiting = [approval for approval in session.approvals() if approval.decision is None]
+    if not waiting or not all(approval.expired(now) for approval in waiting):
+        return False
+    # A ConflictError: decided meanwhile, by a person or another resumer; the claim tells which.
+    with contextlib.suppress(ConflictError):
+        session.decide(dict.fromkeys((approval.call_id for approval in waiting), Decision(EXPIRED)))
+    return True
 
 
 def _same_session(one: Session | None, other: Session) -> bool:

@@ -72,7 +72,8 @@ class SessionInfo:
     to the microsecond; ``None`` if never saved). ``holder`` is the replica name of the
     run holding the session, or of the last one that held it. An unknown id is ``IDLE``
     with length 0. ``pending_approvals`` counts the calls of a ``WAITING`` session nobody has
-    decided yet (0 in any other state).
+    decided yet (0 in any other state), and ``approval_deadline`` the earliest ``expires_at``
+    among them (``None``: none expires, or nothing waits).
     ``metadata`` is the mapping the application set
     (:meth:`~agentsessions.session.StoreSession.set_metadata`); empty until it sets one.
     """
@@ -88,6 +89,7 @@ class SessionInfo:
     pending_approvals: int = 0
     # A dict, as an application reads it; left out of the hash, which a dict cannot have.
     metadata: dict[str, str] = attrs.field(factory=dict, converter=_copied, hash=False)
+    approval_deadline: datetime.datetime | None = attrs.field(default=None, validator=_aware)
 
 
 @attrs.frozen

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections.abc
+import datetime
 import inspect
 import json
 import logging
@@ -52,7 +53,8 @@ class Tool:
     left in doubt runs again only then (any other gets an error result saying its result
     was lost). ``needs_approval`` (``True``, or a callable given the call's parsed arguments
     that says ``True`` for the calls to ask about) stops the run before such a call until a
-    person approves or rejects it (:mod:`agentsessions.approvals`).
+    person approves or rejects it (:mod:`agentsessions.approvals`); ``approval_timeout`` (a
+    ``timedelta``) is how long such a call waits before its approval expires.
     """
 
     name: str = attrs.field(validator=attrs.validators.matches_re(r"^[a-zA-Z0-9_-]{1,64}$"))
@@ -63,7 +65,19 @@ class Tool:
     needs_approval: bool | Callable[[dict[str, Any]], bool] = attrs.field(
         default=False, validator=_approval_rule, kw_only=True, eq=False
     )
+    approval_timeout: datetime.timedelta | None = attrs.field(default=None, kw_only=True)
     _check_input: Callable[[object], None] = attrs.field(init=False, eq=False, repr=False)
+
+    @approval_timeout.validator
+    def _check_timeout(self, _: attrs.Attribute[Any], value: object) -> None:
+        if value is None:
+            return
+        if not isinstance(value, datetime.timedelta):
+            raise TypeError(f"Tool.approval_timeout must be a datetime.timedelta or None, got {value!r:.80}")
+        if value <= datetime.timedelta(0):
+            raise ValueError(f"Tool.approval_timeout must be positive, got {value}")
+        if self.needs_approval is False:
+            raise ValueError(f"tool {self.name!r}: approval_timeout needs needs_approval (nothing waits to expire)")
 
     @_check_input.default
     def _compile_schema(self) -> Callable[[object], None]:
@@ -332,6 +346,7 @@ def tool(
     description: str | None = None,
     idempotent: bool = False,
     needs_approval: bool | Callable[[dict[str, Any]], bool] = False,
+    approval_timeout: datetime.timedelta | None = None,
 ) -> Callable[[Callable[..., ToolOutput]], Tool]: ...
 def tool(
     fn: Callable[..., ToolOutput] | None = None,
@@ -341,6 +356,7 @@ def tool(
     description: str | None = None,
     idempotent: bool = False,
     needs_approval: bool | Callable[[dict[str, Any]], bool] = False,
+    approval_timeout: datetime.timedelta | None = None,
 ) -> Tool | Callable[[Callable[..., ToolOutput]], Tool]:
     """Make a :class:`Tool` from a typed function.
 
@@ -353,15 +369,20 @@ def tool(
     at decoration, naming the function and the parameter; so is a return annotation that is
     not a tool's output (``-> int``, ``-> None``): a tool returns a str or a list of blocks.
     ``idempotent=True`` marks a tool that may safely run twice, and ``needs_approval`` one
-    whose calls wait for a person's decision (see :class:`Tool`).
+    whose calls wait for a person's decision, for at most ``approval_timeout`` when given
+    (see :class:`Tool`).
     """
     # The caller's frame is where the function was defined: its local types are there.
     if fn is not None:
         derived = _derive(fn, name, description, sys._getframe(1).f_locals)
-        return attrs.evolve(derived, idempotent=idempotent, needs_approval=needs_approval)
+        return attrs.evolve(
+            derived, idempotent=idempotent, needs_approval=needs_approval, approval_timeout=approval_timeout
+        )
 
     def decorate(f: Callable[..., ToolOutput]) -> Tool:
         derived = _derive(f, name, description, sys._getframe(1).f_locals)
-        return attrs.evolve(derived, idempotent=idempotent, needs_approval=needs_approval)
+        return attrs.evolve(
+            derived, idempotent=idempotent, needs_approval=needs_approval, approval_timeout=approval_timeout
+        )
 
     return decorate

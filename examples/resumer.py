@@ -12,8 +12,11 @@ each and its lease ran out, so its process died or hangs, or it had no step left
 steer it was to take and left the session to stall), the ended ones (``FINISHED``,
 ``CANCELLED``, ``FAILED``) with steers waiting: a steer left by ``agentsessions steer`` or
 the console on a session no run holds waits for the next run, and nothing else starts one;
-and the ``WAITING`` ones whose every call someone approved or rejected (``pending_approvals``
-0): the run after the decision runs the approved calls and answers the rejected ones.
+the ``WAITING`` ones whose every call someone approved or rejected (``pending_approvals``
+0): the run after the decision runs the approved calls and answers the rejected ones; and
+the ``WAITING`` ones past their ``approval_deadline``: the run records each expired call's
+expiry and gives the model an error result saying so (a call still waiting without a
+deadline, or before its own, keeps the session waiting: it is skipped).
 It resumes each with ``Resume()``, at most ``--max-parallel`` at once, printing one line
 per session:
 
@@ -42,6 +45,7 @@ alone: starting its first run is the application's.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import re
 import sys
@@ -65,7 +69,7 @@ def order_status(order_id: str) -> str:
     return f"order {order_id}: shipped on 3 March, parcel 7731"
 
 
-@agent.tool(needs_approval=True)
+@agent.tool(needs_approval=True, approval_timeout=datetime.timedelta(hours=24))
 def cancel_order(order_id: str) -> str:
     """Cancel an order: a person approves each call first (the session waits, see agentsessions.approvals).
 
@@ -122,9 +126,16 @@ ENDED = frozenset({agent.RunState.FINISHED, agent.RunState.CANCELLED, agent.RunS
 
 def needs_a_run(info: agent.SessionInfo) -> bool:
     """Whether a session waits for a run that nothing else starts: stalled, ended with steers waiting, or a wait
-    for approval whose every call is decided."""
-    decided = info.state is agent.RunState.WAITING and info.pending_approvals == 0
-    return info.state is agent.RunState.STALLED or (info.state in ENDED and info.pending_steers > 0) or decided
+    for approval whose every call is decided or whose deadline passed."""
+    return info.state is agent.RunState.STALLED or (info.state in ENDED and info.pending_steers > 0) or due(info)
+
+
+def due(info: agent.SessionInfo) -> bool:
+    """Whether a wait for approval is over: every call decided, or the earliest deadline passed."""
+    if info.state is not agent.RunState.WAITING:
+        return False
+    deadline = info.approval_deadline
+    return info.pending_approvals == 0 or (deadline is not None and deadline <= datetime.datetime.now(datetime.UTC))
 
 
 def resume(runner: agent.Runner, store: agent.RunStore, stalled: agent.SessionInfo, make: Agent) -> tuple[str, bool]:
@@ -141,7 +152,9 @@ def resume(runner: agent.Runner, store: agent.RunStore, stalled: agent.SessionIn
     try:
         # Resume(): the transcript as stored when the claim is ours, appending nothing.
         result = runner.run(spec, agent.Resume(), endpoint)
-    except (agent.SessionBusyError, agent.ApprovalPendingError) as error:
+    except agent.ApprovalPendingError as error:
+        return f"skipped {sid}: a call still waits for a decision ({error})", True
+    except agent.SessionBusyError as error:
         return f"skipped {sid}: taken by another run an instant ago ({error})", True
     except agent.RunError as error:
         return f"failed {sid}: {error}", False
@@ -153,7 +166,7 @@ def resume_all(store: agent.RunStore, make: Agent, *, max_parallel: int, replica
     """Resume every session that needs a run, ``max_parallel`` at once, one line for each; ``False`` if one failed."""
     stalled = list(store.sessions(state=agent.RunState.STALLED))
     steered = [info for info in store.sessions(state=ENDED) if info.pending_steers > 0]
-    decided = [info for info in store.sessions(state=agent.RunState.WAITING) if info.pending_approvals == 0]
+    decided = [info for info in store.sessions(state=agent.RunState.WAITING) if due(info)]
     runner = agent.Runner(replica=replica)
     ok = True
     with ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="resume") as pool:
@@ -166,7 +179,7 @@ def resume_all(store: agent.RunStore, make: Agent, *, max_parallel: int, replica
             print(line, flush=True)
             ok = ok and went_well
     found = f"{len(stalled)} stalled sessions found; {len(steered)} ended with steers waiting"
-    print(f"{found}; {len(decided)} waits for approval decided", flush=True)
+    print(f"{found}; {len(decided)} waits for approval decided or expired", flush=True)
     return ok
 
 

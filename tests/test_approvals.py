@@ -7,10 +7,12 @@ separate processes on the persistent ones.
 
 from __future__ import annotations
 
+import datetime
 import json
 import threading
 from typing import Any
 
+import attrs
 import pytest
 
 import agentsessions as agent
@@ -18,6 +20,7 @@ from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.loop import IN_DOUBT
 from agentsessions.session import CANCELLED_WAIT
 from agentsessions.stores.memory import MemoryStore
+from tests.support.waiting import wait_for
 
 USER = agent.Message.user("tidy the files")
 
@@ -316,3 +319,67 @@ def test_a_bad_edited_input_is_refused_and_a_batch_with_one_stores_nothing(setup
         session.approve("c1", input="{}")  # a required field missing
     assert [a.decision for a in session.approvals()] == [None, None]
     assert session.messages() == before
+
+
+def _expiring(tools: Tools, seconds: float) -> agent.Tool:
+    """``delete`` whose approval expires after ``seconds``."""
+    return attrs.evolve(tools.all[0], approval_timeout=datetime.timedelta(seconds=seconds))
+
+
+def test_an_approval_timeout_needs_approval_and_a_positive_timedelta() -> None:
+    def noop(path: str) -> str:
+        """Nothing."""
+        return path
+
+    with pytest.raises(ValueError, match="needs needs_approval"):
+        agent.tool(approval_timeout=datetime.timedelta(hours=1))(noop)
+    with pytest.raises(ValueError, match="must be positive"):
+        agent.tool(needs_approval=True, approval_timeout=datetime.timedelta(0))(noop)
+    with pytest.raises(TypeError, match="timedelta"):
+        agent.tool(needs_approval=True, approval_timeout=60)(noop)  # type: ignore[arg-type]
+    made = agent.tool(needs_approval=True, approval_timeout=datetime.timedelta(hours=24))(noop)
+    assert made.approval_timeout == datetime.timedelta(hours=24)
+
+
+def test_a_call_past_its_deadline_expires_and_the_model_reads_so(setup: Any) -> None:
+    store, session, tools, spec = setup
+    spec = attrs.evolve(spec, tools=[_expiring(tools, 0.3), *tools.all[1:]])
+    endpoint = ScriptedEndpoint([calls(("delete", "a"), ("look", "b")), agent.Message.assistant("done")])
+    waited = agent.Runner().run(spec, [USER], endpoint)
+    (asked,) = waited.approvals
+    assert asked.expires_at == asked.requested_at + datetime.timedelta(seconds=0.3)
+    info = session.info()
+    assert (info.approval_deadline, info.pending_approvals) == (asked.expires_at, 1)
+    assert [i.approval_deadline for i in store.sessions(state=agent.RunState.WAITING)] == [asked.expires_at]
+    with pytest.raises(agent.ApprovalPendingError):  # before the deadline it still waits
+        agent.Runner().run(spec, agent.Resume(), endpoint)
+    wait_for("the deadline", lambda: datetime.datetime.now(datetime.UTC) > asked.expires_at)
+    with pytest.raises(agent.ConflictError, match="already expired"):
+        session.approve("c1")
+    seen: list[Any] = []
+    result = agent.Runner().run(spec, agent.Resume(), endpoint, events=seen.append)
+    assert result.text == "done" and tools.ran == ["look b"]  # the expired call never ran
+    answered = results(result.messages[2])
+    assert answered["c1"].is_error and "expired" in answered["c1"].text and "rejected" not in answered["c1"].text
+    decided = [e.approval for e in seen if isinstance(e, agent.events.ApprovalDecided)]
+    assert [(a.call_id, a.decision, a.decided_at) for a in decided] == [("c1", "expired", asked.expires_at)]
+    assert session.info().approval_deadline is None
+
+
+def test_an_expired_call_beside_a_decided_one_runs_the_decided_one(setup: Any) -> None:
+    _, session, tools, spec = setup
+    spec = attrs.evolve(spec, tools=[_expiring(tools, 0.3), *tools.all[1:]])
+    endpoint = ScriptedEndpoint([calls(("delete", "a"), ("move", "/etc/b")), agent.Message.assistant("done")])
+    waited = agent.Runner().run(spec, [USER], endpoint)
+    assert [a.expires_at is None for a in waited.approvals] == [False, True]  # move has no deadline
+    assert session.info().approval_deadline == waited.approvals[0].expires_at
+    wait_for("the deadline", lambda: datetime.datetime.now(datetime.UTC) > waited.approvals[0].expires_at)
+    with pytest.raises(agent.ApprovalPendingError):  # move still waits: no deadline of its own
+        agent.Runner().run(spec, agent.Resume(), endpoint)
+    assert session.approve("c2", by="ann") is agent.RunState.WAITING
+    assert [a.decision for a in session.approvals()] == ["expired", "approved"]  # recorded with the decision
+    assert session.info().pending_approvals == 0
+    result = agent.Runner().run(spec, agent.Resume(), endpoint)
+    assert tools.ran == ["move /etc/b"]
+    answered = results(result.messages[2])
+    assert answered["c1"].is_error and "expired" in answered["c1"].text and not answered["c2"].is_error

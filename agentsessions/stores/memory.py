@@ -13,7 +13,16 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 
 import attrs
 
-from agentsessions.approvals import Approval, Decision, check_decisions, decided, edits, pending_count, pending_error
+from agentsessions.approvals import (
+    Approval,
+    Decision,
+    check_decisions,
+    deadline,
+    decided,
+    edits,
+    pending_count,
+    pending_error,
+)
 from agentsessions.errors import ConflictError
 from agentsessions.messages import Message, check_transcript, transcript_list
 from agentsessions.metadata import check_metadata, metadata_filter
@@ -72,6 +81,7 @@ class _Entry:
             self.cancel_requested,
             pending_count(self.approvals) if self.run_state is RunState.WAITING else 0,
             metadata=self.metadata,
+            approval_deadline=deadline(self.approvals) if self.run_state is RunState.WAITING else None,
         )
 
     def holds(self, claim: Claim) -> bool:

@@ -20,7 +20,7 @@ import attrs
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentsessions.approvals import Approval, ApprovalStore, Decision
+from agentsessions.approvals import EXPIRED, Approval, ApprovalStore, Decision
 from agentsessions.errors import ApprovalPendingError, ConflictError
 from agentsessions.messages import Content, Message, Role
 from agentsessions.runs import UTC, RunState
@@ -30,8 +30,9 @@ WAIT = "a waiting session keeps its calls verbatim and is not claimed while one 
 DECIDE = "a call is decided once, in one atomic step, all or none"
 RACE = "racing deciders record one decision per call"
 EDIT = "an edited input is stored in the approval and the transcript's call in one atomic step, the model's kept"
+EXPIRY = "a wait reports its earliest undecided deadline, and a call past it takes only the expiry"
 
-APPROVAL_PROPERTIES: tuple[str, ...] = (WAIT, DECIDE, RACE, EDIT)
+APPROVAL_PROPERTIES: tuple[str, ...] = (WAIT, DECIDE, RACE, EDIT, EXPIRY)
 """The properties run for an :class:`~agentsessions.approvals.ApprovalStore`, skipped for any other store."""
 
 _TOOL = st.from_regex(r"[a-zA-Z0-9_-]{1,64}", fullmatch=True)
@@ -323,11 +324,72 @@ def _check_edit_race(context: Context) -> None:
     race()
 
 
+_HOUR = datetime.timedelta(hours=1)  # far from the store's clock: the property never races it
+
+
+@st.composite
+def _expiring(draw: st.DrawFn) -> list[Approval]:
+    """Calls each with no deadline, one an hour or two past, or one an hour ahead; the first one past."""
+    calls = draw(_calls(min_size=1, max_size=3))
+    now = datetime.datetime.now(UTC).replace(microsecond=0)
+    choices = st.sampled_from([None, now - _HOUR, now + _HOUR, now - 2 * _HOUR])
+    timed = [attrs.evolve(call, requested_at=now - 3 * _HOUR, expires_at=draw(choices)) for call in calls]
+    return [attrs.evolve(timed[0], expires_at=now - _HOUR), *timed[1:]]
+
+
+def _earliest(calls: Sequence[Approval]) -> datetime.datetime | None:
+    return min((c.expires_at for c in calls if c.decision is None and c.expires_at is not None), default=None)
+
+
+def _check_expiry(context: Context) -> None:
+    runs, runs_replica = context.runs
+    store, replica = _stores(context)
+
+    @context.fewer(2)
+    @given(calls=_expiring())
+    def expiring(calls: list[Approval]) -> None:
+        context.examples += 1
+        session_id = _waiting(context, calls)
+        check_equal(replica.approvals(session_id), calls, "approvals() with deadlines")
+        info = runs_replica.info(session_id)
+        check_equal(info.approval_deadline, _earliest(calls), "info().approval_deadline (the earliest undecided)")
+        listed = [i.approval_deadline for i in runs_replica.sessions(state=RunState.WAITING) if i.id == session_id]
+        check_equal(listed, [_earliest(calls)], "sessions(state=WAITING)'s approval_deadline")
+        now = datetime.datetime.now(UTC)
+        past = [c.call_id for c in calls if c.expires_at is not None and c.expires_at <= now]
+        ahead = [c.call_id for c in calls if c.call_id not in past]
+        late = functools.partial(store.decide, session_id, {past[0]: Decision.approve()})
+        check_raises(ConflictError, late, "approving a call past its deadline")
+        for call_id in ahead:
+            early = functools.partial(replica.decide, session_id, {call_id: Decision(EXPIRED)})
+            check_raises(ConflictError, early, "recording the expiry of a call before its deadline")
+        check_equal(replica.approvals(session_id), calls, "approvals after refused decisions (nothing recorded)")
+        expiries = dict.fromkeys(past, Decision(EXPIRED))
+        check_equal(store.decide(session_id, expiries), RunState.WAITING, "decide() recording expiries")
+        check_equal(replica.decide(session_id, expiries), RunState.WAITING, "the same expiries again (a retry)")
+        after = [
+            attrs.evolve(c, decision=EXPIRED, decided_at=c.expires_at) if c.call_id in past else c for c in calls
+        ]
+        check_equal(replica.approvals(session_id), after, "approvals() after the expiries")
+        info = runs_replica.info(session_id)
+        check_equal(
+            (info.pending_approvals, info.approval_deadline), (len(ahead), _earliest(after)), "info() after them"
+        )
+        if not ahead:  # every call expired: the wait no longer holds a claim back
+            claim = runs.claim(session_id, replica="storetest", lease=30)
+            runs.save_run(claim, [], end=RunState.FINISHED)
+            check_equal(runs_replica.info(session_id).approval_deadline, None, "approval_deadline after the wait")
+        runs.delete(session_id)
+
+    expiring()
+
+
 APPROVAL_CHECKS: dict[str, Callable[[Context], None]] = {
     WAIT: _check_wait,
     DECIDE: _check_decide,
     RACE: _check_race,
     EDIT: _check_edit,
+    EXPIRY: _check_expiry,
 }
 """What checks each approval property."""
 

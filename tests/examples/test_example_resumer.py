@@ -9,6 +9,7 @@ nothing left to do or reports the session taken; neither runs it twice.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import functools
 import multiprocessing
 import secrets
@@ -163,7 +164,7 @@ def test_a_steer_the_command_left_on_an_ended_session_is_answered_by_the_resumer
         assert done.returncode == 0, done.stderr
         lines = done.stdout.splitlines()
         assert [line.split(":")[0] for line in lines[:-1]] == ["resumed steered"], lines
-        assert lines[-1] == "0 stalled sessions found; 1 ended with steers waiting; 0 waits for approval decided"
+        assert lines[-1] == "0 stalled sessions found; 1 ended with steers waiting; 0 waits for approval decided or expired"
         info = store.info("steered")
         assert (info.state, info.pending_steers) == (agent.RunState.FINISHED, 0)
         after = store.messages("steered")
@@ -188,11 +189,40 @@ def test_a_wait_for_approval_is_resumed_once_decided_and_left_while_undecided(
         assert done.returncode == 0, done.stderr
         lines = done.stdout.splitlines()
         assert [line.split(":")[0] for line in lines[:-1]] == ["resumed approved"], lines
-        assert lines[-1] == "0 stalled sessions found; 0 ended with steers waiting; 1 waits for approval decided"
+        assert lines[-1] == "0 stalled sessions found; 0 ended with steers waiting; 1 waits for approval decided or expired"
         assert store.info("approved").state is agent.RunState.FINISHED
         assert store.messages("approved")[-1].text == "Here is what I found: order 1: cancelled, refund on its way"
         info = store.info("undecided")
         assert (info.state, info.pending_approvals) == (agent.RunState.WAITING, 1)
+
+
+def test_a_wait_past_its_deadline_is_resumed_by_the_resumer_and_the_model_reads_the_expiry(
+    place: tuple[Opener, list[str]],
+) -> None:
+    opener, where = place
+    resumer = example()
+    with opener() as store:
+        spec, model = resumer.service_agent(agent.open("late", store))
+        # The service's tool with a deadline short enough for a test; the resumer's own waits 24 hours.
+        brief = attrs.evolve(resumer.cancel_order, approval_timeout=datetime.timedelta(seconds=0.5))
+        spec = attrs.evolve(spec, tools=[resumer.order_status, brief])
+        waited = agent.Runner(replica="web-1").run(spec, [agent.Message.user("cancel order 7")], model)
+        assert waited.stop_reason == agent.StopReason.APPROVAL_REQUIRED
+        deadline = store.info("late").approval_deadline
+        assert deadline is not None and deadline == waited.approvals[0].expires_at
+        assert deadline - waited.approvals[0].requested_at == datetime.timedelta(seconds=0.5)
+        wait_for("the approval's deadline", lambda: datetime.datetime.now(datetime.UTC) > deadline)
+
+        done = subprocess.run([sys.executable, str(EXAMPLE), *where], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert [line.split(":")[0] for line in lines[:-1]] == ["resumed late"], lines
+        assert lines[-1].endswith("; 1 waits for approval decided or expired")
+        info = store.info("late")
+        assert (info.state, info.pending_approvals, info.approval_deadline) == (agent.RunState.FINISHED, 0, None)
+        result = [c for c in store.messages("late")[2].content if c.type is agent.ContentType.TOOL_RESULT]
+        assert result[0].is_error and "expired" in result[0].text
+        assert store.messages("late")[-1].text.startswith("Here is what I found: nobody approved this tool call")
 
 
 def test_a_session_taken_since_the_listing_is_skipped_and_reported() -> None:

@@ -10,11 +10,11 @@ import attrs
 import pytest
 
 from agentsessions.approvals import Approval, Decision, decided
-from agentsessions.runs import Claim, RunState
+from agentsessions.runs import Claim, RunState, SessionInfo
 from agentsessions.stores.kit.approvals import Rewrite
 from agentsessions.stores.memory import MemoryStore
 from agentsessions.testing import storetest
-from agentsessions.testing._storetest_approvals import DECIDE, EDIT, RACE, WAIT
+from agentsessions.testing._storetest_approvals import DECIDE, EDIT, EXPIRY, RACE, WAIT
 
 pytestmark = pytest.mark.slow  # conformance properties
 
@@ -77,6 +77,25 @@ class DropsTheModelsInput(MemoryStore):
         return state
 
 
+class ForgetsTheDeadline(MemoryStore):
+    """Keeps each call's deadline but reports none in the session's record."""
+
+    def info(self, session_id: str) -> SessionInfo:
+        return attrs.evolve(super().info(session_id), approval_deadline=None)
+
+
+class DecidesPastTheDeadline(MemoryStore):
+    """Judges every decision by a clock a day slow, so a call past its deadline is still approved."""
+
+    def decide(self, session_id: str, decisions: Mapping[str, Decision], *, rewrite: Rewrite | None = None) -> RunState:
+        entry = self._sessions[session_id]
+        slow = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=1)
+        after = decided(session_id, entry.run_state is RunState.WAITING, entry.approvals, decisions, slow)
+        if after is not None:
+            entry.approvals = tuple(after)
+        return RunState.WAITING
+
+
 @pytest.mark.parametrize(
     ("prop", "factory"),
     [
@@ -85,6 +104,8 @@ class DropsTheModelsInput(MemoryStore):
         pytest.param(WAIT, ClaimsWhileUndecided, id="claims-while-undecided"),
         pytest.param(DECIDE, DecidesOverDecisions, id="decides-twice"),
         pytest.param(RACE, ReadsThenWrites, id="reads-then-writes"),
+        pytest.param(EXPIRY, ForgetsTheDeadline, id="forgets-the-deadline"),
+        pytest.param(EXPIRY, DecidesPastTheDeadline, id="decides-past-the-deadline"),
     ],
 )
 def test_a_store_breaking_an_approval_rule_fails_naming_it(prop: str, factory: Callable[[], MemoryStore]) -> None:

@@ -32,6 +32,7 @@ from agentsessions.approvals import (
     Approval,
     Decision,
     check_decisions,
+    deadline,
     decided,
     decode,
     edited_message,
@@ -99,3 +100,13 @@ def decide(
         if not inputs and swap(text, encode(after), pending_count(after)):
             return RunState.WAITING
     raise StoreError(f"session {session_id!r:.80}: {_TRIES} decisions in a row raced this one; try again")
+
+
+def deadline_of(text: str | bytes | None, waiting: bool, session_id: str = "") -> datetime.datetime | None:
+    """``SessionInfo.approval_deadline`` from the stored approvals text: the earliest undecided deadline.
+
+    ``None`` unless the session is ``waiting`` (a wait that ended keeps its calls, not its deadline).
+    """
+    if not waiting or not text:
+        return None
+    return deadline(decode(text.decode() if isinstance(text, bytes) else text, session_id))

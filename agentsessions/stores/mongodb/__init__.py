@@ -212,7 +212,7 @@ _RUN_FIELDS = {**STATE_FIELDS, "token": 1, "run_state": 1, "cancel_requested": 1
 _INFO_FIELDS = dict.fromkeys(
     (
         *("sort", "length", "updated_at", "run_state", "holder", "lease_expires_at", "cancel_requested"),
-        *("steers.seq", "pending_approvals", "metadata"),
+        *("steers.seq", "pending_approvals", "approval_deadline", "metadata"),
     ),
     1,
 )  # steers.seq: their count without their text

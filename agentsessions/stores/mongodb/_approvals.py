@@ -1,7 +1,8 @@
 """The MongoDB store's approvals: fields of the session document; private to :mod:`agentsessions.stores.mongodb`.
 
 A wait sets ``run_state`` to ``'waiting'``, ``approvals`` to the calls' JSON text and
-``pending_approvals`` to the undecided count, in one update conditional on the claim's
+``pending_approvals`` to the undecided count (``approval_deadline`` to the earliest undecided
+deadline), in one update conditional on the claim's
 token. A decision is one update conditional on the text it read and on the wait still
 being on (kit.approvals.decide's swap), so racing deciders record one decision each call.
 """
@@ -14,9 +15,10 @@ from typing import Any
 
 from pymongo.collection import Collection
 
-from agentsessions.approvals import Approval, Decision
+from agentsessions.approvals import Approval, Decision, deadline
 from agentsessions.runs import Claim, RunState, superseded, utcnow
 from agentsessions.stores.kit import approvals as kit_approvals
+from agentsessions.stores.kit import values
 from agentsessions.stores.mongodb._layout import RUNNING, key, moment
 
 WAITING = RunState.WAITING.value
@@ -30,8 +32,13 @@ def wait(sessions: Collection[Any], claim: Claim, approvals: Sequence[Approval])
     held = {"_id": key(claim.session_id), "token": claim.token, "run_state": RUNNING}
     fields = {"run_state": WAITING, "cancel_requested": False}
     fields |= {"approvals": kit_approvals.encode(calls), "pending_approvals": kit_approvals.pending_count(calls)}
+    fields |= {"approval_deadline": _micros(deadline(calls))}
     if sessions.update_one(held, {"$set": fields}).matched_count == 0:
         raise superseded(claim)
+
+
+def _micros(moment: datetime.datetime | None) -> int | None:
+    return None if moment is None else values.micros(moment)
 
 
 def approvals(sessions: Collection[Any], session_id: str) -> list[Approval]:
@@ -50,7 +57,8 @@ def decide(sessions: Collection[Any], session_id: str, decisions: Mapping[str, D
 
     def swap(old: str | None, new: str, pending: int) -> bool:
         waiting = {"_id": stored, "run_state": WAITING, "approvals": old}
-        update = {"$set": {"approvals": new, "pending_approvals": pending}}
+        deadline = _micros(kit_approvals.deadline_of(new, True, session_id))
+        update = {"$set": {"approvals": new, "pending_approvals": pending, "approval_deadline": deadline}}
         return sessions.update_one(waiting, update).matched_count == 1
 
     return kit_approvals.decide(session_id, decisions, read=read, swap=swap)

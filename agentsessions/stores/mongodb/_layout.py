@@ -378,6 +378,7 @@ def info_of(session_id: str, doc: Mapping[str, Any], now: datetime.datetime) -> 
         # multikey index holds and a query names exactly (a key as a field name would not
         # do: a dot or a leading $ means something there).
         metadata=from_pair_texts(doc.get("metadata", ())),
+        approval_deadline=moment(doc.get("approval_deadline")) if state is RunState.WAITING else None,
     )
 
 

@@ -54,7 +54,7 @@ from agentsessions.session import check_fork_at, check_session_id
 from agentsessions.stores.kit import approvals as kit_approvals
 from agentsessions.stores.kit import arguments, steerkeys, values
 from agentsessions.stores.kit import busy as policies
-from agentsessions.stores.kit.approvals import check_wait, decode, encode, pending_count
+from agentsessions.stores.kit.approvals import check_wait, deadline_of, decode, encode, pending_count
 from agentsessions.stores.kit.failures import could_not, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
@@ -259,7 +259,8 @@ _INFO_COLUMNS = """s.id, s.length, s.updated_at, s.run_state, s.holder, s.lease_
     (SELECT COUNT(*) FROM agentsessions_steers AS t WHERE t.session_id = s.id), s.cancel_requested, UTC_TIMESTAMP(6),
     (SELECT a.pending FROM agentsessions_approvals AS a WHERE a.session_id = s.id),
     (SELECT CAST(JSON_OBJECTAGG(CONVERT(x.mkey USING utf8mb4), CONVERT(x.mvalue USING utf8mb4)) AS BINARY)
-     FROM agentsessions_metadata AS x WHERE x.session_id = s.id)"""
+     FROM agentsessions_metadata AS x WHERE x.session_id = s.id),
+    (SELECT a.body FROM agentsessions_approvals AS a WHERE a.session_id = s.id AND a.pending > 0)"""
 _INFO = f"SELECT {_INFO_COLUMNS} FROM agentsessions_sessions AS s WHERE s.id = %s"
 # Keyset pages along the (updated_at, id) index, walked backwards: newest first, never-saved
 # (NULL) last, ties by id. A page starts after the last row of the one before, so a session
@@ -793,14 +794,25 @@ def _delete_steers(cur: Any, key: bytes, seqs: list[int]) -> None:
 
 
 def _info(row: tuple[Any, ...]) -> SessionInfo:
-    key, length, updated_at, stored, holder, expires, pending, cancel, now, undecided, metadata = row
+    key, length, updated_at, stored, holder, expires, pending, cancel, now, undecided, metadata, waiting = row
     session_id = decode_text(key)
     state = runs.derive_state(values.text(stored), values.utc(expires), values.utc(now), session_id)
     holder, expires, updated_at = values.text(holder), values.utc(expires), values.utc(updated_at)
     waits = (undecided or 0) if state is RunState.WAITING else 0
     # BOOLEAN is TINYINT: the driver gives 0 or 1.
+    deadline = deadline_of(None if waiting is None else bytes(waiting), state is RunState.WAITING, session_id)
     return SessionInfo(
-        session_id, length, updated_at, state, holder, expires, pending, bool(cancel), waits, load_metadata(metadata)
+        session_id,
+        length,
+        updated_at,
+        state,
+        holder,
+        expires,
+        pending,
+        bool(cancel),
+        waits,
+        load_metadata(metadata),
+        deadline,
     )
 
 

@@ -87,7 +87,7 @@ from agentsessions.session import check_fork_at, check_session_id
 from agentsessions.stores.kit import approvals as kit_approvals
 from agentsessions.stores.kit import arguments, steerkeys, values
 from agentsessions.stores.kit import busy as policies
-from agentsessions.stores.kit.approvals import check_wait, decode, encode, pending_count
+from agentsessions.stores.kit.approvals import check_wait, deadline_of, decode, encode, pending_count
 from agentsessions.stores.kit.failures import could_not, first_line, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
@@ -309,7 +309,8 @@ RETURNING s.id, s.token, s.cancel_requested
 _RECORD = """s.id, s.length, s.updated_at, s.run_state, s.holder, s.lease_expires_at, s.cancel_requested,
        (SELECT count(*) FROM agentsessions_steers AS t WHERE t.session_id = s.id), statement_timestamp(),
        (SELECT a.pending FROM agentsessions_approvals AS a WHERE a.session_id = s.id),
-       (SELECT json_object_agg(m.mkey, m.mvalue) FROM agentsessions_metadata AS m WHERE m.session_id = s.id)"""
+       (SELECT json_object_agg(m.mkey, m.mvalue) FROM agentsessions_metadata AS m WHERE m.session_id = s.id),
+       (SELECT a.body FROM agentsessions_approvals AS a WHERE a.session_id = s.id AND a.pending > 0)"""
 # One pair of sessions(metadata=...): the session ids the pair's index gives.
 _HOLDS_PAIR = " AND s.id IN (SELECT session_id FROM agentsessions_metadata WHERE mkey = %(k{n})s AND mvalue = %(v{n})s)"
 _INFO = f"SELECT {_RECORD} FROM agentsessions_sessions AS s WHERE s.id = %(id)s"
@@ -806,13 +807,23 @@ def _one(cur: psycopg.Cursor[tuple[Any, ...]]) -> tuple[Any, ...]:
 
 
 def _info(row: tuple[Any, ...]) -> SessionInfo:
-    key, length, updated, run_state, holder, expires, cancel, pending, now, undecided, metadata = row
+    key, length, updated, run_state, holder, expires, cancel, pending, now, undecided, metadata, waiting = row
     session_id = decode_text(key)
     state = derive_state(run_state, expires, now, session_id)
     waits = (undecided or 0) if state is RunState.WAITING else 0
     holder, expires = values.text(holder), values.utc(expires)
     return SessionInfo(
-        session_id, length, values.utc(updated), state, holder, expires, pending, cancel, waits, metadata or {}
+        session_id,
+        length,
+        values.utc(updated),
+        state,
+        holder,
+        expires,
+        pending,
+        cancel,
+        waits,
+        metadata or {},
+        deadline_of(waiting, state is RunState.WAITING, session_id),
     )
 
 

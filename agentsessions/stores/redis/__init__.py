@@ -30,7 +30,7 @@ try:
 except ImportError as error:  # pragma: no cover - depends on what is installed
     raise ImportError("agentsessions.stores.redis needs redis (redis-py): pip install agentsessions[redis]") from error
 
-from agentsessions.approvals import Approval, Decision, pending_error
+from agentsessions.approvals import Approval, Decision, deadline, pending_error
 from agentsessions.codec import decode_text, dump_message, encode_text
 from agentsessions.errors import ConflictError
 from agentsessions.messages import Message
@@ -214,7 +214,7 @@ class RedisStore:
         key = encode_text(check_session_id(session_id))
         with self._errors("read the record", session_id):
             pipe = self.client.pipeline(transaction=True)
-            pipe.hmget(self._record(key), ["u", "st", "h", "x", "c", "pa", "md"])
+            pipe.hmget(self._record(key), ["u", "st", "h", "x", "c", "pa", "md", "ad"])
             pipe.llen(self._messages(key))
             pipe.zcard(self._steers(key))
             pipe.time()
@@ -317,7 +317,8 @@ class RedisStore:
         calls = check_wait(claim, approvals)
         key = encode_text(claim.session_id)
         with self._errors("wait for approval", claim.session_id):
-            waited = self._wait([self._record(key)], [claim.token, encode(calls), pending_count(calls)])
+            due = _due(deadline(calls))
+            waited = self._wait([self._record(key)], [claim.token, encode(calls), pending_count(calls), due])
         if not waited:
             raise superseded(claim)
 
@@ -341,7 +342,8 @@ class RedisStore:
             return _text(stored) or None, _time(expires), body, values.moment(seconds * 10**6 + micros)
 
         def swap(old: str | None, new: str, pending: int) -> bool:
-            return bool(self._decide([record], [old or "", new, pending]))
+            due = _due(kit_approvals.deadline_of(new, True, session_id))
+            return bool(self._decide([record], [old or "", new, pending, due]))
 
         with self._errors("record the decisions", session_id):
             return kit_approvals.decide(session_id, decisions, read=read, swap=swap)
@@ -481,7 +483,7 @@ def _pairs(metadata: Mapping[str, str]) -> list[bytes]:
 
 
 def _info(session_id: str, stamp: bytes, fields: Sequence[bytes], length: int, pending: int, now: int) -> SessionInfo:
-    stored, holder, expires, cancel, undecided, md = fields
+    stored, holder, expires, cancel, undecided, md, due = fields
     state = derive_state(_text(stored) or None, _time(expires), values.moment(now), session_id)
     return SessionInfo(
         session_id,
@@ -494,7 +496,13 @@ def _info(session_id: str, stamp: bytes, fields: Sequence[bytes], length: int, p
         cancel == b"1",
         int(undecided or 0) if state is RunState.WAITING else 0,
         from_pair_texts(md.split(b"\n")) if md else {},
+        _time(due) if state is RunState.WAITING else None,
     )
+
+
+def _due(moment: datetime.datetime | None) -> str:
+    """A deadline as the record keeps it: microseconds, or empty for none."""
+    return "" if moment is None else str(values.micros(moment))
 
 
 def _after(row: Sequence[Any]) -> bytes:

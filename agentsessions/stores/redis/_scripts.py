@@ -11,7 +11,8 @@ under the store's prefix ``P``; ``<id>`` is the session id's ``encode_text`` byt
   expires (microseconds), ``c`` ``1`` when a cancel was asked, ``n`` the nonce of the claim
   that made the token, ``o`` ``1`` when that claim took over a lapsed lease (for its retry),
   ``ap`` the calls of the latest wait for approval (``agentsessions.approvals``' JSON text)
-  and ``pa`` how many are undecided. ``a<seq>``: the token after which a pending steer sent
+  and ``pa`` how many are undecided, ``ad`` the earliest undecided deadline (microseconds;
+  empty for none). ``a<seq>``: the token after which a pending steer sent
   with ``if_busy`` ``"queue"`` or ``"interrupt"`` may be taken (only a later claim takes
   it); absent for any other steer, and deleted with the steer by the save that takes it.
   ``md`` the metadata: its pairs, each the JSON text of ``[key, value]``, sorted and joined
@@ -218,7 +219,7 @@ return taken
 """
 
 # KEYS: index (or one metadata pair's). ARGV: max bound, min bound, page size, prefix.
-# Returns {now, {member, st, h, x, c, pa, md, length, pending}...}, newest first.
+# Returns {now, {member, st, h, x, c, pa, md, ad, length, pending}...}, newest first.
 PAGE = (
     _COMMON
     + """
@@ -226,8 +227,8 @@ local members = redis.call('ZRANGE', KEYS[1], ARGV[1], ARGV[2], 'BYLEX', 'REV', 
 local out = {int(now_micros())}
 for _, member in ipairs(members) do
   local id = string.sub(member, 17)
-  local r = redis.call('HMGET', ARGV[4] .. 's:' .. id, 'st', 'h', 'x', 'c', 'pa', 'md')
-  out[#out + 1] = {member, r[1] or '', r[2] or '', r[3] or '', r[4] or '', r[5] or '', r[6] or '',
+  local r = redis.call('HMGET', ARGV[4] .. 's:' .. id, 'st', 'h', 'x', 'c', 'pa', 'md', 'ad')
+  out[#out + 1] = {member, r[1] or '', r[2] or '', r[3] or '', r[4] or '', r[5] or '', r[6] or '', r[7] or '',
                    redis.call('LLEN', ARGV[4] .. 'm:' .. id), redis.call('ZCARD', ARGV[4] .. 'q:' .. id)}
 end
 return out
@@ -327,24 +328,24 @@ return {token, took}
 """
 )
 
-# KEYS: record. ARGV: token, approvals text, undecided count. Returns 1 when the run holding
+# KEYS: record. ARGV: token, approvals text, undecided count, deadline. Returns 1 when the run holding
 # the claim released the session waiting (also when retried), 0 (nothing written) when superseded.
 WAIT = """
 local r = redis.call('HMGET', KEYS[1], 'tok', 'st', 'ap')
 if r[1] == ARGV[1] and r[2] == 'waiting' and r[3] == ARGV[2] then return 1 end  -- this wait, retried
 if r[1] ~= ARGV[1] or r[2] ~= 'running' then return 0 end
-redis.call('HSET', KEYS[1], 'st', 'waiting', 'c', '0', 'ap', ARGV[2], 'pa', ARGV[3])
+redis.call('HSET', KEYS[1], 'st', 'waiting', 'c', '0', 'ap', ARGV[2], 'pa', ARGV[3], 'ad', ARGV[4])
 return 1
 """
 
-# KEYS: record. ARGV: the approvals text read ('' for none), the new text, undecided count.
+# KEYS: record. ARGV: the approvals text read ('' for none), the new text, undecided count, deadline.
 # Returns 1 when it swapped (or a retry finds its own text), 0 when the session no longer
 # waits or another decision came since the read: kit.approvals.decide reads again.
 DECIDE = """
 local r = redis.call('HMGET', KEYS[1], 'st', 'ap')
 if r[2] == ARGV[2] then return 1 end  -- this decision, retried after its reply was lost
 if r[1] ~= 'waiting' or (r[2] or '') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'ap', ARGV[2], 'pa', ARGV[3])
+redis.call('HSET', KEYS[1], 'ap', ARGV[2], 'pa', ARGV[3], 'ad', ARGV[4])
 return 1
 """
 

@@ -52,7 +52,7 @@ from agentsessions.session import check_fork_at, check_session_id
 from agentsessions.stores.kit import approvals as kit_approvals
 from agentsessions.stores.kit import arguments, steerkeys, values
 from agentsessions.stores.kit import busy as policies
-from agentsessions.stores.kit.approvals import check_wait, decode, encode, pending_count
+from agentsessions.stores.kit.approvals import check_wait, deadline_of, decode, encode, pending_count
 from agentsessions.stores.kit.failures import translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
@@ -153,7 +153,8 @@ _PENDING = "SELECT pending FROM agentsessions_approvals WHERE session_id = ?"
 _INFO_COLUMNS = """id, length, updated_at, run_state, holder, lease_expires_at, cancel_requested,
        (SELECT count(*) FROM agentsessions_steers WHERE session_id = s.id),
        (SELECT pending FROM agentsessions_approvals WHERE session_id = s.id),
-       (SELECT json_group_object(mkey, mvalue) FROM agentsessions_metadata WHERE session_id = s.id)"""
+       (SELECT json_group_object(mkey, mvalue) FROM agentsessions_metadata WHERE session_id = s.id),
+       (SELECT body FROM agentsessions_approvals WHERE session_id = s.id AND pending > 0)"""
 # One pair of sessions(metadata=...): the session ids the pair's index gives.
 _HOLDS_PAIR = " AND id IN (SELECT session_id FROM agentsessions_metadata WHERE mkey = :k{n} AND mvalue = :v{n})"
 _INFO = f"SELECT {_INFO_COLUMNS} FROM agentsessions_sessions AS s WHERE id = ?"
@@ -563,19 +564,21 @@ def _hold(db: sqlite3.Connection, key: bytes) -> tuple[str | None, int | None, b
 
 
 def _info(row: Sequence[Any], now: int) -> SessionInfo:
-    key, length, updated, run_state, holder, expires, cancel, pending, undecided, metadata = row
+    key, length, updated, run_state, holder, expires, cancel, pending, undecided, metadata, waiting = row
     session_id = decode_text(key)
+    state = _state(run_state, expires, now, session_id)
     return SessionInfo(
         session_id,
         length,
         _datetime(updated),
-        _state(run_state, expires, now, session_id),
+        state,
         values.text(holder),
         _datetime(expires),
         pending,
         bool(cancel),
         (undecided or 0) if run_state == RunState.WAITING else 0,
         load_metadata(metadata),
+        deadline_of(waiting, state is RunState.WAITING, session_id),
     )
 
 
