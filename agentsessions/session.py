@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
-from agentsessions.approvals import Approval, ApprovalStore, Decision, check_decisions
+from agentsessions.approvals import Approval, ApprovalStore, Decision, check_decisions, check_edits, edits_inputs
 from agentsessions.errors import ConflictError, InvalidSessionIdError
 from agentsessions.messages import Content, Message, Role, put_results
 from agentsessions.metadata import check_metadata
@@ -397,9 +397,13 @@ class StoreSession:
             return []
         return store.approvals(self.id)
 
-    def approve(self, call_id: str, *, by: str = "") -> RunState:
-        """Let the waiting call ``call_id`` run; the session's state after (see :meth:`decide`)."""
-        return self.decide({call_id: Decision.approve(by=by)})
+    def approve(self, call_id: str, *, by: str = "", input: str | None = None) -> RunState:
+        """Let the waiting call ``call_id`` run; the session's state after (see :meth:`decide`).
+
+        With ``input`` (JSON text) the call runs with that input instead of the model's; see
+        :meth:`decide` for how it is checked and stored.
+        """
+        return self.decide({call_id: Decision.approve(by=by, input=input)})
 
     def reject(self, call_id: str, *, reason: str = "", by: str = "") -> RunState:
         """Refuse the waiting call ``call_id``: the model reads an error result holding ``reason``."""
@@ -412,8 +416,22 @@ class StoreSession:
         returns the state (safe to retry); the other decision on a decided call, or an id
         that is not waiting, raises :class:`~agentsessions.ConflictError` and records none.
         Once every call is decided, a run started with ``Resume()`` goes on from the wait.
+
+        An approval with an edited ``input`` is checked first: JSON (before any I/O), then
+        against the tool's input schema stored with the wait (an
+        :class:`~agentsessions.InvalidArgumentsError`, a ``ValueError``, naming the call and
+        the field). The store then records it and rewrites the transcript's ``tool_use``
+        block to that input in the same atomic step, so the model reads what ran;
+        ``Approval.original_input`` keeps what the model asked for. The same input again
+        is a retry; another input on an approved call is a ``ConflictError``.
         """
-        return self._approvals().decide(self.id, check_decisions(decisions))
+        checked = check_decisions(decisions)
+        store = self._approvals()
+        if any(decision.input is not None for decision in checked.values()):
+            if not edits_inputs(store):
+                raise TypeError(f"{type(store).__name__} cannot approve a call with an edited input")
+            check_edits(store.approvals(self.id), checked)
+        return store.decide(self.id, checked)
 
     def _approvals(self) -> ApprovalStore:
         store = self._runs()

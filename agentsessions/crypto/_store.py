@@ -25,7 +25,7 @@ from typing import Any, Protocol, overload
 
 import attrs
 
-from agentsessions.approvals import Approval, Decision, check_decisions
+from agentsessions.approvals import Approval, Decision, check_decisions, check_input_json, edits_inputs
 from agentsessions.crypto import _approvals as approval_crypto
 from agentsessions.crypto._keyring import Keyring
 from agentsessions.crypto._sealing import Sealer
@@ -44,7 +44,7 @@ from agentsessions.session import (
     keeps_steer_keys,
 )
 from agentsessions.stores.kit import arguments
-from agentsessions.stores.kit.approvals import check_wait
+from agentsessions.stores.kit.approvals import Rewrite, check_wait
 from agentsessions.stores.kit.incremental import SessionMemory, shared_prefix
 
 SEED_METHODS = ("save", "messages", "add_steer", "take_steers")
@@ -80,6 +80,11 @@ class EncryptedStore:
     """
 
     __slots__ = ("_known", "_sealer", "_twins", "_twins_lock", "inner")
+
+    @property
+    def edits_inputs(self) -> bool:
+        """Whether the wrapped store records an approval with an edited input (so this one does)."""
+        return edits_inputs(self.inner)
 
     def __init__(self, inner: Store, sealer: Sealer) -> None:
         self.inner = inner
@@ -343,11 +348,30 @@ class _Everything(EncryptedStore):
         stored = self.inner.approvals(check_session_id(session_id))
         return approval_crypto.opened(self._sealer, session_id, stored)
 
-    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
-        """Record ``decisions`` (the wrapped store's ``decide``), each reason stored encrypted."""
+    def decide(self, session_id: str, decisions: Mapping[str, Decision], *, rewrite: Rewrite | None = None) -> RunState:
+        """Record ``decisions`` (the wrapped store's ``decide``), each reason and edited input stored encrypted.
+
+        An edited input has the wrapped store rewrite the wait's sealed message through this
+        wrapper: opened, the input put in, sealed again, in the wrapped store's atomic step.
+        ``rewrite`` is the wrapped store's to take: this wrapper passes its own.
+        """
+        if rewrite is not None:
+            raise TypeError("crypto.encrypted rewrites the wait's message itself: pass no rewrite")
         checked = check_decisions(decisions)
-        sealed = approval_crypto.sealed_decisions(self._sealer, check_session_id(session_id), checked)
-        state: RunState = self.inner.decide(session_id, sealed)
+        check_session_id(session_id)
+        inputs = {call_id: d.input for call_id, d in checked.items() if d.input is not None}
+        for text in inputs.values():
+            check_input_json(text)  # as session.decide does; the wrapped store sees it encrypted
+        if not inputs:
+            sealed = approval_crypto.sealed_decisions(self._sealer, session_id, checked)
+            state: RunState = self.inner.decide(session_id, sealed)
+            return state
+        if not edits_inputs(self.inner):
+            raise TypeError(f"{type(self.inner).__name__} cannot approve a call with an edited input")
+        stored = self.inner.approvals(session_id)
+        sealed = approval_crypto.sealed_decisions(self._sealer, session_id, checked, stored)
+        rewrite = approval_crypto.rewrite(self._sealer, session_id, inputs)
+        state = self.inner.decide(session_id, sealed, rewrite=rewrite)
         return state
 
 

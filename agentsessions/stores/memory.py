@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 
 import attrs
 
-from agentsessions.approvals import Approval, Decision, check_decisions, decided, pending_count, pending_error
+from agentsessions.approvals import Approval, Decision, check_decisions, decided, edits, pending_count, pending_error
 from agentsessions.errors import ConflictError
 from agentsessions.messages import Message, check_transcript, transcript_list
 from agentsessions.metadata import check_metadata, metadata_filter
@@ -32,6 +32,7 @@ from agentsessions.runs import (
     utcnow,
 )
 from agentsessions.session import check_fork_at, check_session_id
+from agentsessions.stores.kit import approvals as kit_approvals
 from agentsessions.stores.kit import arguments, steerkeys
 from agentsessions.stores.kit import busy as policies
 from agentsessions.stores.kit.approvals import check_wait
@@ -322,14 +323,26 @@ class MemoryStore:
         entry = self._sessions.get(check_session_id(session_id))
         return list(entry.approvals) if entry is not None else []
 
-    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
-        """Record ``decisions`` on the waiting calls, all or none; the state after."""
+    def decide(
+        self, session_id: str, decisions: Mapping[str, Decision], *, rewrite: kit_approvals.Rewrite | None = None
+    ) -> RunState:
+        """Record ``decisions`` on the waiting calls, all or none; the state after.
+
+        An edited input rewrites the wait's ``tool_use`` block under the same lock.
+        """
         decisions = check_decisions(decisions)
         entry = self._locked(check_session_id(session_id))
         try:
             now = utcnow()
             waiting = entry.run_state is RunState.WAITING
             after = decided(session_id, waiting, entry.approvals, decisions, now)
+            inputs = edits(entry.approvals, after) if after is not None else {}
+            if inputs:
+                last = len(entry.messages) - 1
+                if last < 0:
+                    raise ConflictError(f"session {session_id!r:.80} has no transcript holding its wait")
+                message = kit_approvals.rewritten(rewrite, last, entry.messages[last], inputs)
+                entry.messages = (*entry.messages[:last], message)
             if after is not None:
                 entry.approvals = tuple(after)
             return entry.state(now)

@@ -25,8 +25,9 @@ cancel, the refusal of bad arguments to run calls) run when the store is a
 :class:`~agentsessions.session.RunStore`, and are reported in :attr:`Report.skipped` for a
 store with only the four methods of
 :class:`~agentsessions.session.Store`; so is :data:`KEYS` (steer keys) for a store whose
-``add_steer`` takes no ``key``, and :data:`BUSY` (``if_busy`` policies) for one whose
-``add_steer`` takes no ``if_busy``. They delete every session they make; the
+``add_steer`` takes no ``key``, :data:`BUSY` (``if_busy`` policies) for one whose
+``add_steer`` takes no ``if_busy``, and :data:`EDIT` (an approval with an edited input) for
+one whose ``decide`` takes no ``rewrite``. They delete every session they make; the
 sessions of the other properties stay behind. Importing this module imports Hypothesis;
 ``import agentsessions`` never does.
 """
@@ -48,7 +49,7 @@ from hypothesis import Phase, example, given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
-from agentsessions.approvals import ApprovalStore
+from agentsessions.approvals import ApprovalStore, edits_inputs
 from agentsessions.messages import Content, Message, Role
 from agentsessions.session import (
     MAX_SESSION_ID,
@@ -59,7 +60,7 @@ from agentsessions.session import (
     keeps_busy_policies,
     keeps_steer_keys,
 )
-from agentsessions.testing._storetest_approvals import APPROVAL_CHECKS, APPROVAL_PROPERTIES
+from agentsessions.testing._storetest_approvals import APPROVAL_CHECKS, APPROVAL_PROPERTIES, EDIT
 from agentsessions.testing._storetest_arguments import ARGUMENTS
 from agentsessions.testing._storetest_busy import BUSY, BUSY_CHECKS
 from agentsessions.testing._storetest_fork import FORK, FORK_CHECKS
@@ -227,6 +228,7 @@ def _check(names: Sequence[str], factory: Callable[[], Store], max_examples: int
             or (name == KEYS and not keeps_steer_keys(context.store))
             or (name == BUSY and not keeps_busy_policies(context.store))
             or (name in APPROVAL_PROPERTIES and not isinstance(context.store, ApprovalStore))
+            or (name == EDIT and not edits_inputs(context.store))
             or (name == METADATA and not isinstance(context.store, MetadataStore))
             or (name == SCHEMA and not versioned(context.store))
         ):

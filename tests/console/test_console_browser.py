@@ -327,7 +327,7 @@ def test_a_wait_is_decided_in_the_page_and_the_resumed_run_follows_the_decisions
     reject.find_element(By.NAME, "reason").send_keys("keep b.txt, it is the backup")
     reject.find_element(By.CSS_SELECTOR, 'button[value="reject"]').click()
     wait(browser).until(lambda _: "Rejected" in browser.find_element(By.CLASS_NAME, "notice").text)
-    assert browser.find_elements(By.CSS_SELECTOR, "#approvals form") == []  # nothing left to decide
+    assert browser.find_elements(By.CSS_SELECTOR, "#approvals .approval form") == []  # nothing left to decide
     assert "keep b.txt, it is the backup" in browser.find_element(By.CSS_SELECTOR, '.approval[data-call="c2"]').text
 
     calls = {call.call_id: call for call in store.approvals("tidy")}
@@ -374,4 +374,4 @@ def test_a_call_decided_in_another_process_while_the_page_is_open_is_a_conflict_
         ("c2", None, ""),
     ]
     browser.find_element(By.LINK_TEXT, "back").click()  # the page again, as the wait stands
-    wait(browser).until(lambda _: len(browser.find_elements(By.CSS_SELECTOR, "#approvals form")) == 2)  # c2's
+    wait(browser).until(lambda _: len(browser.find_elements(By.CSS_SELECTOR, "#approvals .approval form")) == 2)  # c2's

@@ -45,7 +45,7 @@ except ImportError as error:  # pragma: no cover - depends on what is installed
 
 from agentsessions import runs
 from agentsessions.approvals import Approval, Decision, pending_error
-from agentsessions.codec import decode_text, encode_text
+from agentsessions.codec import decode_text, dump_message, encode_text, load_message
 from agentsessions.errors import ConflictError, SchemaMissingError, StoreError
 from agentsessions.messages import Message
 from agentsessions.metadata import check_metadata, load_metadata, metadata_filter
@@ -219,6 +219,13 @@ ON DUPLICATE KEY UPDATE body = VALUES(body), pending = VALUES(pending)
 """
 _SELECT_APPROVALS = "SELECT body, pending FROM agentsessions_approvals WHERE session_id = %s"
 _UPDATE_APPROVALS = "UPDATE agentsessions_approvals SET body = %s, pending = %s WHERE session_id = %s"
+# An edited input's rewrite of the wait's message: the last one, under the record's lock.
+_SELECT_LAST_MESSAGE = """
+SELECT m.position, m.body FROM agentsessions_sessions AS s
+JOIN agentsessions_messages AS m ON m.session_id = s.id AND m.position = s.length - 1 WHERE s.id = %s
+"""
+_UPDATE_MESSAGE_AT = "UPDATE agentsessions_messages SET body = %s WHERE session_id = %s AND position = %s"
+_RENEW_REVISION = "UPDATE agentsessions_sessions SET revision = %s WHERE id = %s"
 # A fork reads the source's length under a shared lock, which every writer of a transcript
 # waits for (save, save_run and delete lock the record first), so the rows it copies are the
 # ones that length counts. The copy's SELECT is a consistent read under READ COMMITTED: it
@@ -618,8 +625,14 @@ class MySQLStore:
             body, _ = _approvals(cur, key)
         return decode(body, session_id)
 
-    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
-        """Record ``decisions`` on the waiting calls, all or none, under the record's lock; the state after."""
+    def decide(
+        self, session_id: str, decisions: Mapping[str, Decision], *, rewrite: kit_approvals.Rewrite | None = None
+    ) -> RunState:
+        """Record ``decisions`` on the waiting calls, all or none, under the record's lock; the state after.
+
+        An edited input rewrites the wait's ``tool_use`` block (the last message) and renews
+        the session's revision in the same transaction.
+        """
         key = encode_text(check_session_id(session_id))
         with self._transaction("record the decisions", session_id) as cur:
 
@@ -635,7 +648,18 @@ class MySQLStore:
                 cur.execute(_UPDATE_APPROVALS, (new.encode("utf-8"), pending, key))
                 return True  # the record's lock held since read(): nothing came between
 
-            return kit_approvals.decide(session_id, decisions, read=read, swap=swap)
+            def edit(old: str | None, new: str, pending: int, inputs: Mapping[str, str]) -> bool:
+                swap(old, new, pending)
+                cur.execute(_SELECT_LAST_MESSAGE, (key,))
+                row = cur.fetchone()
+                if row is None:
+                    raise ConflictError(f"session {session_id!r:.80} has no transcript holding its wait")
+                message = kit_approvals.rewritten(rewrite, row[0], load_message(row[1]), inputs)
+                cur.execute(_UPDATE_MESSAGE_AT, (dump_message(message).encode(), key, row[0]))
+                cur.execute(_RENEW_REVISION, (new_revision(), key))
+                return True
+
+            return kit_approvals.decide(session_id, decisions, read=read, swap=swap, edit=edit)
 
     @contextmanager
     def _transaction(

@@ -64,7 +64,7 @@ except ImportError as error:  # pragma: no cover - depends on what is installed
     ) from error
 
 from agentsessions.approvals import Approval, Decision, pending_error
-from agentsessions.codec import decode_text, encode_text
+from agentsessions.codec import decode_text, dump_message, encode_text, load_message
 from agentsessions.errors import ConflictError, SchemaMissingError, StoreError
 from agentsessions.messages import Message
 from agentsessions.metadata import check_metadata, metadata_filter
@@ -235,6 +235,13 @@ UPDATE agentsessions_approvals AS a SET body = %(new)s, pending = %(pending)s
 FROM (SELECT id FROM agentsessions_sessions WHERE id = %(id)s AND run_state = 'waiting' FOR UPDATE) AS s
 WHERE a.session_id = s.id AND a.body = %(old)s
 """
+# An edited input's rewrite of the wait's message: the last one, read under the record's lock.
+_SELECT_LAST_MESSAGE = """
+SELECT m.position, m.body FROM agentsessions_sessions AS s
+JOIN agentsessions_messages AS m ON m.session_id = s.id AND m.position = s.length - 1 WHERE s.id = %s
+"""
+_UPDATE_MESSAGE_AT = "UPDATE agentsessions_messages SET body = %s WHERE session_id = %s AND position = %s"
+_RENEW_REVISION = "UPDATE agentsessions_sessions SET revision = %s WHERE id = %s"
 _CANCEL = """
 UPDATE agentsessions_sessions SET cancel_requested = true
 WHERE id = %s AND run_state = 'running' AND lease_expires_at > clock_timestamp()
@@ -621,8 +628,14 @@ class PostgresStore:
         row = cur.fetchone()
         return decode(row[0] if row else None, session_id)
 
-    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
-        """Record ``decisions`` on the waiting calls, all or none, in one conditional write; the state after."""
+    def decide(
+        self, session_id: str, decisions: Mapping[str, Decision], *, rewrite: kit_approvals.Rewrite | None = None
+    ) -> RunState:
+        """Record ``decisions`` on the waiting calls, all or none, in one conditional write; the state after.
+
+        An edited input rewrites the wait's ``tool_use`` block (the last message) and renews
+        the session's revision in the same transaction, under the record's lock the swap took.
+        """
         key = encode_text(check_session_id(session_id))
 
         def read() -> tuple[str | None, datetime.datetime | None, str | None, datetime.datetime]:
@@ -637,7 +650,21 @@ class PostgresStore:
                 cur = _cursor(conn).execute(_SWAP_APPROVALS, params)
             return cur.rowcount > 0
 
-        return kit_approvals.decide(session_id, decisions, read=read, swap=swap)
+        def edit(old: str | None, new: str, pending: int, inputs: Mapping[str, str]) -> bool:
+            params = {"new": new, "pending": pending, "id": key, "old": old}
+            with self._transaction("record the decisions", session_id) as conn:
+                # Reading a result ends the pipeline's batch: the swap's outcome, before the rewrite.
+                if _cursor(conn).execute(_SWAP_APPROVALS + " RETURNING a.session_id", params).fetchone() is None:
+                    return False
+                row = _cursor(conn).execute(_SELECT_LAST_MESSAGE, (key,)).fetchone()
+                if row is None:
+                    raise ConflictError(f"session {session_id!r:.80} has no transcript holding its wait")
+                body = dump_message(kit_approvals.rewritten(rewrite, row[0], load_message(row[1]), inputs))
+                conn.execute(_UPDATE_MESSAGE_AT, (body, key, row[0]))
+                conn.execute(_RENEW_REVISION, (new_revision(), key))
+            return True
+
+        return kit_approvals.decide(session_id, decisions, read=read, swap=swap, edit=edit)
 
     @contextmanager
     def _transaction(self, action: str, session_id: str | None = None) -> Iterator[_Connection]:

@@ -23,13 +23,13 @@ import functools
 import os
 import sqlite3
 import threading
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 from agentsessions.approvals import Approval, Decision, pending_error
-from agentsessions.codec import decode_text, encode_text
+from agentsessions.codec import decode_text, dump_message, encode_text, load_message
 from agentsessions.errors import ConflictError
 from agentsessions.messages import Message
 from agentsessions.metadata import check_metadata, load_metadata, metadata_filter
@@ -66,6 +66,9 @@ PAGE_SIZE = 500
 _SELECT_SESSION = "SELECT revision, length FROM agentsessions_sessions WHERE id = ?"
 # Bodies come as bytes: the codec's JSON decoder reads UTF-8 itself, so making a str of each first is wasted.
 _SELECT_MESSAGES = "SELECT CAST(body AS BLOB) FROM agentsessions_messages WHERE session_id = ? ORDER BY position"
+_SELECT_MESSAGE_AT = "SELECT CAST(body AS BLOB) FROM agentsessions_messages WHERE session_id = ? AND position = ?"
+_UPDATE_MESSAGE_AT = "UPDATE agentsessions_messages SET body = ? WHERE session_id = ? AND position = ?"
+_RENEW_REVISION = "UPDATE agentsessions_sessions SET revision = ? WHERE id = ?"
 _DELETE_MESSAGES_FROM = "DELETE FROM agentsessions_messages WHERE session_id = ? AND position >= ?"
 _INSERT_MESSAGE = "INSERT INTO agentsessions_messages (session_id, position, body) VALUES (?, ?, ?)"
 _UPSERT_SESSION = """
@@ -405,8 +408,14 @@ class SQLiteStore:
             row = self._connection().execute(_SELECT_APPROVALS, (key,)).fetchone()
         return decode(row[0] if row else None, session_id)
 
-    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
-        """Record ``decisions`` on the waiting calls, all or none, in one conditional write; the state after."""
+    def decide(
+        self, session_id: str, decisions: Mapping[str, Decision], *, rewrite: kit_approvals.Rewrite | None = None
+    ) -> RunState:
+        """Record ``decisions`` on the waiting calls, all or none, in one conditional write; the state after.
+
+        An edited input rewrites the wait's ``tool_use`` block (the last message) and renews
+        the session's revision in the same transaction.
+        """
         key = encode_text(check_session_id(session_id))
 
         def read() -> tuple[str | None, datetime.datetime | None, str | None, datetime.datetime]:
@@ -418,8 +427,15 @@ class SQLiteStore:
         def swap(old: str | None, new: str, pending: int) -> bool:
             return self._connection().execute(_SWAP_APPROVALS, (new, pending, key, old, key)).rowcount > 0
 
+        def edit(old: str | None, new: str, pending: int, inputs: Mapping[str, str]) -> bool:
+            with self._transaction() as db:
+                if db.execute(_SWAP_APPROVALS, (new, pending, key, old, key)).rowcount == 0:
+                    return False
+                _rewrite_last(db, key, session_id, lambda at, m: kit_approvals.rewritten(rewrite, at, m, inputs))
+                return True
+
         with self._errors("record the decisions", session_id):
-            return kit_approvals.decide(session_id, decisions, read=read, swap=swap)
+            return kit_approvals.decide(session_id, decisions, read=read, swap=swap, edit=edit)
 
     # --- Connections and transactions ------------------------------------------------------
 
@@ -507,6 +523,19 @@ def _write_messages(db: sqlite3.Connection, key: bytes, plan: SavePlan, stored: 
     if length > keep:
         db.execute(_DELETE_MESSAGES_FROM, (key, keep))
     db.executemany(_INSERT_MESSAGE, plan.rows(key, keep))
+
+
+def _rewrite_last(
+    db: sqlite3.Connection, key: bytes, session_id: str, change: Callable[[int, Message], Message]
+) -> None:
+    """Rewrite the transcript's last message through ``change``, and renew the revision (stores' memories lapse)."""
+    row = db.execute(_SELECT_SESSION, (key,)).fetchone()
+    last = (row[1] if row else 0) - 1
+    body = db.execute(_SELECT_MESSAGE_AT, (key, last)).fetchone() if last >= 0 else None
+    if body is None:
+        raise ConflictError(f"session {session_id!r:.80} has no transcript holding its wait")
+    db.execute(_UPDATE_MESSAGE_AT, (dump_message(change(last, load_message(body[0]))), key, last))
+    db.execute(_RENEW_REVISION, (new_revision(), key))
 
 
 def _where(states: frozenset[RunState] | None) -> str:
