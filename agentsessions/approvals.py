@@ -19,6 +19,7 @@ step, all or none (:func:`decided` is the rule every store applies in that step)
 from __future__ import annotations
 
 import datetime
+import inspect
 import json
 import logging
 import re
@@ -27,7 +28,9 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
 
-from agentsessions.errors import ApprovalPendingError, ConflictError, FormatError
+from agentsessions import schemas
+from agentsessions.errors import ApprovalPendingError, ConflictError, FormatError, InvalidArgumentsError
+from agentsessions.messages import ContentType, Message, Role
 from agentsessions.runs import UTC, Claim, RunState
 
 log = logging.getLogger("agentsessions")
@@ -60,6 +63,13 @@ class Approval:
     exactly; ``requested_at`` is when the run stopped for it. ``decision`` is ``None`` until
     someone decides, then ``"approved"`` or ``"rejected"``, with ``by`` (who), ``reason``
     (a rejection's, given to the model) and ``decided_at``.
+
+    A call approved with an edited input (``session.approve(call_id, input=...)``) holds the
+    edited text in ``input``, as the transcript's ``tool_use`` block then does, and what the
+    model asked for in ``original_input``; ``original_input`` is ``None`` for a call that
+    runs as the model wrote it. ``input_schema`` is the tool's input schema as JSON text,
+    stored with the wait when the run stopped, so that a process that never saw the tool
+    checks an edited input against it (``""``: none known, only JSON is checked).
     """
 
     call_id: str = attrs.field(validator=_text)
@@ -70,6 +80,8 @@ class Approval:
     by: str = attrs.field(default="", validator=_text)
     reason: str = attrs.field(default="", validator=_text)
     decided_at: datetime.datetime | None = attrs.field(default=None, validator=_time)
+    original_input: str | None = attrs.field(default=None, validator=attrs.validators.optional(_text))
+    input_schema: str = attrs.field(default="", validator=_text)
 
     @property
     def pending(self) -> bool:
@@ -84,11 +96,26 @@ class Decision:
     decision: Literal["approved", "rejected"] = attrs.field(validator=attrs.validators.in_(_DECISIONS))
     by: str = attrs.field(default="", validator=_text)
     reason: str = attrs.field(default="", validator=_text)
+    input: str | None = attrs.field(default=None, validator=attrs.validators.optional(_text))
+
+    def __attrs_post_init__(self) -> None:
+        # Its JSON is checked by approve() and session.decide, not here: a wrapping store
+        # (crypto.encrypted) hands the wrapped one a Decision holding the input encrypted.
+        if self.input is not None and self.decision != APPROVED:
+            raise ValueError("only an approval carries an input: a rejected call does not run")
 
     @classmethod
-    def approve(cls, *, by: str = "") -> Decision:
-        """Let the call run, as the model wrote it."""
-        return cls(APPROVED, by)
+    def approve(cls, *, by: str = "", input: str | None = None) -> Decision:
+        """Let the call run: as the model wrote it, or with ``input`` (JSON text) instead.
+
+        ``input`` must be a JSON object (a ``ValueError`` otherwise, before any I/O); it is
+        checked against the tool's schema when the decision is recorded.
+        """
+        if input is not None:
+            if not isinstance(input, str):
+                raise TypeError(f"input must be JSON text (a str) or None, got {type(input).__name__}")
+            check_input_json(input)
+        return cls(APPROVED, by, input=input)
 
     @classmethod
     def reject(cls, *, reason: str = "", by: str = "") -> Decision:
@@ -127,6 +154,63 @@ class ApprovalStore(Protocol):
         ...
 
 
+def check_input_json(text: str) -> dict[str, Any]:
+    """An edited input's arguments: ``text`` must be a JSON object; a ``ValueError`` saying why otherwise."""
+    try:
+        arguments = json.loads(text)
+    except ValueError as error:
+        raise InvalidArgumentsError("", f"the edited input is not valid JSON: {error}") from error
+    if not isinstance(arguments, dict):
+        raise InvalidArgumentsError("", f"the edited input must be a JSON object, got {schemas.shown(arguments)}")
+    return arguments
+
+
+def check_edits(approvals: Sequence[Approval], decisions: Mapping[str, Decision]) -> None:
+    """Check each edited input of ``decisions`` against the schema its call's tool stored with the wait.
+
+    Raises :class:`~agentsessions.InvalidArgumentsError` (a ``ValueError``) naming the call and
+    the field that does not fit. A call that is not waiting is left to the store's decide.
+    """
+    by_id = {approval.call_id: approval for approval in approvals}
+    for call_id, decision in decisions.items():
+        approval = by_id.get(call_id)
+        if decision.input is None:
+            continue
+        arguments = check_input_json(decision.input)
+        if approval is None or not approval.input_schema:
+            continue
+        try:
+            schemas.checker(json.loads(approval.input_schema))(arguments)
+        except InvalidArgumentsError as error:
+            where = f"the edited input of call {call_id!r:.80} ({approval.tool})"
+            raise InvalidArgumentsError(error.field, f"{error.problem}, in {where}") from None
+
+
+def wanted_input(approval: Approval, decision: Decision) -> str:
+    """The input ``decision`` lets the call run with: its own, or the model's."""
+    if decision.input is not None:
+        return decision.input
+    return approval.input if approval.original_input is None else approval.original_input
+
+
+def edits_inputs(store: object) -> bool:
+    """Whether ``store`` records an approval with an edited input: its ``decide`` takes ``rewrite``.
+
+    Such a store rewrites the wait's ``tool_use`` block in the decision's atomic step; one
+    written before edited inputs existed does not, and a decision with an input is refused
+    (a ``TypeError``) rather than recorded without its rewrite.
+    """
+    if not isinstance(store, ApprovalStore):
+        return False
+    says = getattr(store, "edits_inputs", None)  # a wrapping store says whether the one it wraps does
+    if isinstance(says, bool):
+        return says
+    try:
+        return "rewrite" in inspect.signature(store.decide).parameters
+    except (TypeError, ValueError):  # a callable whose signature cannot be read
+        return False
+
+
 def check_decisions(decisions: object) -> dict[str, Decision]:
     """``decisions`` as a dict of call id to :class:`Decision`; else a ``TypeError`` or ``ValueError`` saying why."""
     if not isinstance(decisions, Mapping):
@@ -160,19 +244,53 @@ def decided(
         approval = by_id.get(call_id)
         if approval is None:
             raise ConflictError(f"session {session_id!r:.80} has no call {call_id!r:.80} waiting for a decision")
-        if approval.decision == decision.decision:
-            continue  # the same decision again: a retry, recorded once
+        wanted = wanted_input(approval, decision)
+        if approval.decision == decision.decision and wanted == approval.input:
+            continue  # the same decision (and input) again: a retry, recorded once
         if approval.decision is not None:
-            raise ConflictError(f"call {call_id!r:.80} of session {session_id!r:.80} was already {approval.decision}")
+            edited = " with another input" if approval.decision == decision.decision else ""
+            raise ConflictError(
+                f"call {call_id!r:.80} of session {session_id!r:.80} was already {approval.decision}{edited}"
+            )
         if not waiting:
             raise ConflictError(
                 f"session {session_id!r:.80} is not waiting: call {call_id!r:.80} can no longer be decided"
             )
+        if wanted != approval.input:  # edited: the call runs with it, the model's input kept beside
+            approval = attrs.evolve(approval, input=wanted, original_input=approval.input)
         by_id[call_id] = attrs.evolve(
             approval, decision=decision.decision, by=decision.by, reason=decision.reason, decided_at=now
         )
         changed = True
     return [by_id[approval.call_id] for approval in approvals] if changed else None
+
+
+def edits(before: Sequence[Approval], after: Sequence[Approval]) -> dict[str, str]:
+    """The calls :func:`decided` approved with an edited input: call id to that input."""
+    return {
+        new.call_id: new.input
+        for old, new in zip(before, after, strict=True)
+        if old.decision is None and new.original_input is not None
+    }
+
+
+def edited_message(message: Message, inputs: Mapping[str, str]) -> Message:
+    """``message`` (the wait's assistant message) with the ``tool_use`` blocks named in ``inputs`` rewritten.
+
+    Raises :class:`ConflictError` when one is missing: the transcript changed behind the wait.
+    """
+    missing = set(inputs)
+    content = []
+    for block in message.content:
+        if block.type is ContentType.TOOL_USE and block.id in inputs:
+            block = attrs.evolve(block, input=inputs[block.id])
+            missing.discard(block.id)
+        content.append(block)
+    if missing or message.role is not Role.ASSISTANT:
+        call = next(iter(missing), "")
+        changed = f"the transcript's last message no longer holds call {call!r:.80}"
+        raise ConflictError(f"{changed}: the transcript changed since the wait")
+    return attrs.evolve(message, content=tuple(content))
 
 
 def pending_count(approvals: Sequence[Approval]) -> int:
@@ -227,6 +345,8 @@ def encode(approvals: Sequence[Approval]) -> str:
                 "by": _spelled(a.by),
                 "reason": _spelled(a.reason),
                 "decided_at": _when(a.decided_at),
+                **({} if a.original_input is None else {"original_input": _spelled(a.original_input)}),
+                **({"input_schema": _spelled(a.input_schema)} if a.input_schema else {}),
             }
             for a in approvals
         ],
@@ -258,6 +378,8 @@ def _approval(row: Mapping[str, Any]) -> Approval:
         _joined(row["by"]),
         _joined(row["reason"]),
         _parsed(row["decided_at"]),
+        None if row.get("original_input") is None else _joined(row["original_input"]),
+        _joined(row.get("input_schema", "")),
     )
 
 

@@ -14,7 +14,7 @@ network or provider.
     │   ├── SchemaMissingError               the tables are missing or older: names the schema or migration to run
     │   ├── SchemaTooNewError                the schema is two or more versions newer than this release
     │   └── ConflictError                    a session held or taken over; a steer key reused; a call decided
-    │       ├── SessionBusyError             a claim refused: another run's lease is live
+    │       ├── SessionBusyError             a claim, or a send with if_busy="reject", refused: a run's lease is live
     │       └── ApprovalPendingError         a claim refused: the session waits for a decision on a call
     ├── EndpointError                        the model provider gave no answer this library can use
     │   ├── EndpointTransportError (ConnectionError)   no answer: refused, reset, dropped, cut short
@@ -116,7 +116,7 @@ class ConflictError(StoreError):
 
 
 class SessionBusyError(ConflictError):
-    """A run was refused its session: another run holds it and its lease is live."""
+    """A run was refused its session, or a text sent with ``if_busy="reject"``: a run holds it, its lease live."""
 
 
 class ApprovalPendingError(ConflictError):

@@ -48,6 +48,9 @@ class Hold:
         self.cancel_requested = False
         self.lost = False
         self.released = False
+        # Set when the run released its session with texts queued for the next run
+        # (if_busy="queue" or "interrupt"): its runner starts that run.
+        self.queued = False
         # When the write that last extended the lease began (time.monotonic()): the lease
         # runs at least ``lease`` seconds from then, whatever the write's own delay.
         self.renewed_at = time.monotonic()
@@ -68,7 +71,8 @@ class Hold:
 
     def take_steers(self) -> list[str]:
         """The steers waiting in the store that this run has not taken yet, oldest first."""
-        fresh = [s for s in self.store.peek_steers(self.claim.session_id) if s.seq not in self.taken]
+        claim, taken = self.claim, self.taken
+        fresh = [s for s in self.store.peek_steers(claim.session_id) if s.seq not in taken and s.for_claim(claim)]
         return self._take(fresh)
 
     def save(self, transcript: Sequence[Message]) -> bool:
@@ -120,12 +124,24 @@ class Hold:
         ``RUNNING`` and no step is left for them: the session is saved but not released, so
         its lease lapses and a resumer finds it ``STALLED`` with them pending (they stay in the
         store until a run's save carries them).
+
+        Texts queued for the next run (``if_busy="queue"`` or ``"interrupt"``) are never this
+        run's: when they wait and no steer of its own keeps it going, it releases the session
+        and sets :attr:`queued`, and its runner starts the next run at once. A crash between
+        the two writes leaves the session held: its lease lapses and a resumer's claim takes them.
         """
-        late = self.release(transcript, end, unless_steered=True)
-        if late and not room:
-            self.let_go()
-            return True, []
-        return True, late
+        started = time.monotonic()
+        progress = self.store.save_run(self.claim, transcript, taken=self.taken, end=end, unless_steered=True)
+        self.renewed_at = started
+        self.taken = []
+        mine = [steer for steer in progress.pending if steer.for_claim(self.claim)]
+        if mine and room:
+            return True, self._take(mine)
+        if len(mine) < len(progress.pending):
+            self.store.save_run(self.claim, transcript, end=end)  # released; the next run takes them all
+            self.queued = True
+        self.let_go()
+        return True, []
 
     def release(self, messages: Sequence[Message], end: RunState, *, unless_steered: bool) -> list[str]:
         """Save and release in state ``end``; with ``unless_steered``, steers that arrived instead.
@@ -137,8 +153,11 @@ class Hold:
         progress = self.store.save_run(self.claim, messages, taken=self.taken, end=end, unless_steered=unless_steered)
         self.renewed_at = started
         self.taken = []
-        if progress.pending:
-            return self._take(list(progress.pending))
+        mine = [steer for steer in progress.pending if steer.for_claim(self.claim)]
+        if mine:
+            return self._take(mine)
+        if progress.pending:  # only texts queued for the next run: release; the resumer finds them
+            self.store.save_run(self.claim, messages, end=end)
         self.let_go()
         return []
 

@@ -10,6 +10,7 @@ each tool call, the finish) and never asks which one it has.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 
@@ -208,7 +209,9 @@ class ReactLoop:
             else:
                 now = now or utcnow()
                 requested = approval.requested_at if approval is not None else now
-                asked.append(Approval(use.id, use.name, use.input, requested))
+                # The tool's schema waits with the call: a decider that never saw the tool checks an edited input.
+                schema = json.dumps(dict(tool.input_schema), ensure_ascii=False, separators=(",", ":"))
+                asked.append(Approval(use.id, use.name, use.input, requested, input_schema=schema))
         return run, asked
 
     def call_tools(self, uses: list[Content], results: list[Content]) -> None:

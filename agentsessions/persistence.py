@@ -51,6 +51,11 @@ class Persistence(Protocol):
         """Whether the run's claim ended another holder's lapsed lease (``Claim.took_over``)."""
         ...
 
+    @property
+    def queued(self) -> bool:
+        """Whether the run released its session with texts queued for the next run, which its runner starts."""
+        ...
+
     def take_steers(self) -> list[str]:
         """Before a model request: the session's waiting steers, oldest first."""
         ...
@@ -110,6 +115,7 @@ class Nowhere:
     __slots__ = ()
     cancel_requested = False
     took_over = False
+    queued = False
 
     def take_steers(self) -> list[str]:
         return []
@@ -214,6 +220,10 @@ class Journal:
     @property
     def took_over(self) -> bool:
         return self.inner.took_over
+
+    @property
+    def queued(self) -> bool:
+        return self.inner.queued
 
     def take_steers(self) -> list[str]:
         return self.inner.take_steers()

@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 
 from agentsessions import events as ev
@@ -30,7 +30,7 @@ from agentsessions.loop import EventSink, ReactLoop, SteerBox
 from agentsessions.messages import Message, check_transcript
 from agentsessions.persistence import Persistence
 from agentsessions.runs import RunState
-from agentsessions.session import Session, StoreSession, check_steer
+from agentsessions.session import Session, StoreSession, check_if_busy, check_steer
 from agentsessions.spec import Pattern, Result, Resume, Spec, StopReason
 
 log = logging.getLogger("agentsessions")
@@ -71,9 +71,11 @@ class Run:
         replica: str = "",
         *,
         for_steers: bool = False,
+        follow: Callable[[], object] | None = None,
     ) -> None:
         emit = Listener(emit) if emit is not None else None
         self._replica = replica
+        self._follow = follow
         self._emit = emit
         self._box = SteerBox()
         self._cancelled = False
@@ -150,7 +152,14 @@ class Run:
                 self._error.__cause__ = error
         finally:
             self._loop.keep.let_go()
-            self._finished.set()
+            try:
+                if interrupt is None and self._loop.keep.queued and self._follow is not None:
+                    # Texts sent with if_busy="queue" or "interrupt" wait for the run after this
+                    # one; it is started before wait() returns, so a caller waiting for this run
+                    # finds that one among the runner's runs.
+                    self._follow()
+            finally:
+                self._finished.set()
         if interrupt is not None:
             raise interrupt
 
@@ -260,6 +269,7 @@ class Runner:
         *,
         key: str | None = None,
         on_waiting: str = "keep",
+        if_busy: str = "steer",
     ) -> Run | None:
         """Deliver one user message to the spec's session: the one call a chat view needs.
 
@@ -287,15 +297,30 @@ class Runner:
         ``None``; ``"reject"`` rejects every undecided call with the text as the reason
         (``by="user"``) and starts the run that answers it. A decision racing it stands
         (each call is decided once); the text is answered once either way.
+
+        ``if_busy`` says what the text does when a live run holds the session, decided in
+        one atomic step in the store (two replicas racing each get one outcome):
+        ``"steer"`` (the default) as above; ``"queue"``: the live run leaves it, and as it
+        ends its runner (in whatever process holds it) starts the next run, which answers
+        it; ``"interrupt"``: the same, and the live run stops at its next step boundary, as
+        a cancel stops it (its finished calls kept and saved, calls it did not run answered
+        as cancelled; it ends ``CANCELLED``); ``"reject"``: raises
+        :class:`SessionBusyError`, nothing stored. Both ``"queue"`` and ``"interrupt"``
+        return ``None`` when a live run holds the session (the run that answers starts
+        later, in the holder's process). If that process dies first, the text waits in the
+        store, the session ``STALLED`` or ended with steers waiting, where a resumer looks.
+        With no live run every policy starts a run with ``Resume()`` as above.
         """
         if on_waiting not in ("keep", "reject"):
             raise ValueError(f'on_waiting must be "keep" or "reject", got {on_waiting!r:.80}')
-        text = check_steer(text)
+        text, if_busy = check_steer(text), check_if_busy(if_busy)
         session = spec.session if isinstance(spec, Spec) else None
         if session is None:
             raise ValueError("send needs a Spec with a session: the text goes to that session's conversation")
         # The store before anything else: a run's in-memory box dies with its process.
-        state = session.steer(text) if key is None else _keyed_steer(session, text, key)
+        state = _steer(session, text, key, if_busy)
+        if state is RunState.RUNNING and if_busy != "steer":
+            return None  # the live run's runner starts the run that answers it, as that run ends
         mine = self._live_run_of(session)
         # RUNNING: the holder takes it at its next step or as it releases (the release checks
         # for steers in the same atomic step); one with no step left leaves it to a resumer.
@@ -347,13 +372,27 @@ class Runner:
         keep = persistence.choose(spec.session, journal=spec.journal, replica=self.replica, lease=spec.lease)
         if resume is not None:
             transcript = self._resumed(spec, resume, keep)
-        run = Run(spec, transcript, endpoint, events, keep, self.replica, for_steers=for_steers)
+        follow = None if spec.session is None else lambda: self._follow_up(spec, endpoint, events)
+        run = Run(spec, transcript, endpoint, events, keep, self.replica, for_steers=for_steers, follow=follow)
         with self._lock:
             self._runs.add(run)
             if self._closed:  # shut down while claiming: it stops before its first request
                 run.cancel()
         _live_runs.add(run)
         return run
+
+    def _follow_up(self, spec: Spec, endpoint: Endpoint, events: EventSink | None) -> None:
+        """Start the run that answers texts queued while the last one ran; else they wait for a resumer.
+
+        Called on the ended run's thread, after it released the session (``Hold.queued``).
+        """
+        try:
+            self._launch(self._prepare(spec, Resume(), endpoint, events, for_steers=True))
+        except (SessionBusyError, ApprovalPendingError):
+            pass  # another run claimed the session first: it takes the queued texts
+        except Exception as error:  # a runner shut down, a store failing: the texts stay stored
+            session_id = getattr(spec.session, "id", None)
+            log.warning("could not start the run for texts queued on session %r: %s", session_id, error)
 
     @staticmethod
     def _resumed(spec: Spec, resume: Resume, keep: Persistence) -> list[Message]:
@@ -368,12 +407,15 @@ class Runner:
             raise
 
 
-def _keyed_steer(session: Session, text: str, key: str) -> RunState | None:
-    """``session.steer(text, key=key)``, for the sessions that take a key."""
+def _steer(session: Session, text: str, key: str | None, if_busy: str) -> RunState | None:
+    """``session.steer(text, key=key, if_busy=if_busy)``; a key or a policy needs a session that takes them."""
+    if key is None and if_busy == "steer":
+        return session.steer(text)
     if not isinstance(session, StoreSession):
         kind = type(session).__name__
-        raise TypeError(f"send(key=...) needs a session from agentsessions.open(id, store), got a {kind}")
-    return session.steer(text, key=key)
+        what = "key=..." if key is not None else f"if_busy={if_busy!r}"
+        raise TypeError(f"send({what}) needs a session from agentsessions.open(id, store), got a {kind}")
+    return session.steer(text, key=key, if_busy=if_busy)
 
 
 def _reject_undecided(session: StoreSession, reason: str) -> None:

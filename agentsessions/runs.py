@@ -108,10 +108,20 @@ class Claim:
 
 @attrs.frozen
 class Steer:
-    """A steer waiting in the store: ``seq`` orders a session's steers and names it when taken."""
+    """A steer waiting in the store: ``seq`` orders a session's steers and names it when taken.
+
+    ``after_token``: the steer is for a run whose claim's token is greater (0: for any run).
+    A text sent with ``if_busy="queue"`` or ``"interrupt"`` while a run held the session
+    carries that run's token, so the live run leaves it and the next claim takes it.
+    """
 
     seq: int
     text: str
+    after_token: int = 0
+
+    def for_claim(self, claim: Claim) -> bool:
+        """Whether the run holding ``claim`` may take this steer."""
+        return self.after_token < claim.token
 
 
 @attrs.frozen

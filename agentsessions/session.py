@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
-from agentsessions.approvals import Approval, ApprovalStore, Decision, check_decisions
+from agentsessions.approvals import Approval, ApprovalStore, Decision, check_decisions, check_edits, edits_inputs
 from agentsessions.errors import ConflictError, InvalidSessionIdError
 from agentsessions.messages import Content, Message, Role, put_results
 from agentsessions.metadata import check_metadata
@@ -57,6 +57,23 @@ def check_steer_key(key: object) -> str | None:
     if not 0 < len(key) <= MAX_STEER_KEY:
         raise ValueError(f"key must have 1 to {MAX_STEER_KEY} characters, got {len(key)}")
     return key
+
+
+IF_BUSY = ("steer", "queue", "interrupt", "reject")
+"""What a text sent to a session does when a live run holds it (``runner.send(..., if_busy=...)``).
+
+``"steer"``: the live run takes it at its next step. ``"queue"``: the live run leaves it and
+the next run answers it. ``"interrupt"``: as ``"queue"``, and the live run is asked to stop at
+its next step boundary. ``"reject"``: :class:`~agentsessions.errors.SessionBusyError`,
+nothing stored. With no live run every policy stores the text for the next run.
+"""
+
+
+def check_if_busy(if_busy: object) -> str:
+    """Return ``if_busy`` if it is one of :data:`IF_BUSY`, else raise ``ValueError``."""
+    if if_busy not in IF_BUSY:
+        raise ValueError(f"if_busy must be one of {', '.join(map(repr, IF_BUSY))}, got {if_busy!r:.80}")
+    return str(if_busy)
 
 
 def check_steer(text: object) -> str:
@@ -112,6 +129,16 @@ class RunStore(Store, Protocol):
         was this one, or raises :class:`ConflictError` when it was another. Checking the key
         and adding the steer are one atomic step. Keys stay while the session lives (taking
         the steer leaves its key); ``delete`` removes them and a fork does not copy them.
+
+        A store may also take ``if_busy`` (:func:`keeps_busy_policies`; every store of this
+        library does): one of :data:`IF_BUSY`, deciding in the same atomic step what a steer
+        does when a live run holds the session: ``"steer"`` stores it for that run;
+        ``"queue"`` stores it with ``Steer.after_token`` set to the live claim's token, so
+        only a later claim takes it; ``"interrupt"`` does the same and sets the record's
+        ``cancel_requested``; ``"reject"`` raises :class:`SessionBusyError` and stores
+        nothing (a retried key finds its text stored and returns the state instead). With no
+        live run every policy stores a steer for any run. Over a store without it, sessions
+        refuse the policies other than ``"steer"``.
         """
         ...
 
@@ -175,13 +202,28 @@ def keeps_steer_keys(store: object) -> bool:
     Every store of this library does; a third party's written before keys existed does not,
     and a keyed steer there is refused rather than stored without its key.
     """
+    return _add_steer_takes(store, "key")
+
+
+def keeps_busy_policies(store: object) -> bool:
+    """Whether ``store`` decides ``if_busy`` policies: a :class:`RunStore` whose ``add_steer`` takes ``if_busy``.
+
+    Every store of this library does; a third party's written before policies existed does
+    not, and a text sent with a policy other than ``"steer"`` is refused there rather than
+    stored as a plain steer (which the live run would take).
+    """
+    return _add_steer_takes(store, "if_busy")
+
+
+def _add_steer_takes(store: object, name: str) -> bool:
+    """Whether ``store`` is a :class:`RunStore` whose ``add_steer`` takes the keyword argument ``name``."""
     if not isinstance(store, RunStore):
         return False
     try:
         parameters = inspect.signature(store.add_steer).parameters.values()
     except (TypeError, ValueError):  # a callable whose signature cannot be read
         return False
-    return any(p.name == "key" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
 @runtime_checkable
@@ -262,7 +304,7 @@ class StoreSession:
         """This session's transcript."""
         return self.store.messages(self.id)
 
-    def steer(self, text: str, *, key: str | None = None) -> RunState | None:
+    def steer(self, text: str, *, key: str | None = None, if_busy: str = "steer") -> RunState | None:
         """Leave a steer for the run of this session, wherever it runs.
 
         Returns the session's state at the instant the steer was stored: ``RUNNING`` means
@@ -274,10 +316,26 @@ class StoreSession:
         with the same text stores nothing and returns the state; with another text it raises
         :class:`ConflictError`. Keys need a :class:`RunStore`: over a store with only the
         seed's four methods a key is a ``TypeError``, never a steer that is not idempotent.
+
+        ``if_busy`` says what the text does when a live run holds the session (see
+        :data:`IF_BUSY`); the store decides it in the same atomic step that stores the text.
+        ``"reject"`` raises :class:`~agentsessions.errors.SessionBusyError` and stores nothing.
+        The policies other than ``"steer"`` need a store whose ``add_steer`` takes
+        ``if_busy`` (every store of this library); over another they are a ``TypeError``.
         """
+        if check_if_busy(if_busy) != "steer":
+            store = self._runs(f'apply if_busy="{if_busy}"')
+            if not keeps_busy_policies(store):
+                raise TypeError(
+                    f"{type(store).__name__} cannot apply if_busy={if_busy!r}: its add_steer takes no if_busy"
+                )
+            if key is not None and not keeps_steer_keys(store):
+                raise TypeError(f"{type(store).__name__} cannot keep steer keys: its add_steer takes no key")
+            state: RunState = getattr(store, "add_steer")(self.id, text, key=key, if_busy=if_busy)  # noqa: B009
+            return state
         if key is None:
-            state = self.store.add_steer(self.id, text)
-            return state if isinstance(state, RunState) else None
+            stored = self.store.add_steer(self.id, text)
+            return stored if isinstance(stored, RunState) else None
         store = self._runs("keep steer keys")
         if not keeps_steer_keys(store):
             raise TypeError(f"{type(store).__name__} cannot keep steer keys: its add_steer takes no key")
@@ -339,9 +397,13 @@ class StoreSession:
             return []
         return store.approvals(self.id)
 
-    def approve(self, call_id: str, *, by: str = "") -> RunState:
-        """Let the waiting call ``call_id`` run; the session's state after (see :meth:`decide`)."""
-        return self.decide({call_id: Decision.approve(by=by)})
+    def approve(self, call_id: str, *, by: str = "", input: str | None = None) -> RunState:
+        """Let the waiting call ``call_id`` run; the session's state after (see :meth:`decide`).
+
+        With ``input`` (JSON text) the call runs with that input instead of the model's; see
+        :meth:`decide` for how it is checked and stored.
+        """
+        return self.decide({call_id: Decision.approve(by=by, input=input)})
 
     def reject(self, call_id: str, *, reason: str = "", by: str = "") -> RunState:
         """Refuse the waiting call ``call_id``: the model reads an error result holding ``reason``."""
@@ -354,8 +416,22 @@ class StoreSession:
         returns the state (safe to retry); the other decision on a decided call, or an id
         that is not waiting, raises :class:`~agentsessions.ConflictError` and records none.
         Once every call is decided, a run started with ``Resume()`` goes on from the wait.
+
+        An approval with an edited ``input`` is checked first: JSON (before any I/O), then
+        against the tool's input schema stored with the wait (an
+        :class:`~agentsessions.InvalidArgumentsError`, a ``ValueError``, naming the call and
+        the field). The store then records it and rewrites the transcript's ``tool_use``
+        block to that input in the same atomic step, so the model reads what ran;
+        ``Approval.original_input`` keeps what the model asked for. The same input again
+        is a retry; another input on an approved call is a ``ConflictError``.
         """
-        return self._approvals().decide(self.id, check_decisions(decisions))
+        checked = check_decisions(decisions)
+        store = self._approvals()
+        if any(decision.input is not None for decision in checked.values()):
+            if not edits_inputs(store):
+                raise TypeError(f"{type(store).__name__} cannot approve a call with an edited input")
+            check_edits(store.approvals(self.id), checked)
+        return store.decide(self.id, checked)
 
     def _approvals(self) -> ApprovalStore:
         store = self._runs()

@@ -406,6 +406,8 @@ class OpenTelemetry:
             }
             if approval.decision is not None:
                 attributes["agentsessions.approval.decision"] = approval.decision
+                # Whether a person edited the input, never the input: the arguments are content.
+                attributes["agentsessions.approval.edited"] = approval.original_input is not None
             if self.capture_message_content:
                 attributes["gen_ai.tool.call.arguments"] = approval.input
             kind = "requested" if isinstance(event, ev.ApprovalRequested) else "decided"

@@ -263,3 +263,56 @@ def test_send_to_a_waiting_session_keeps_the_text_or_rejects_the_calls(setup: An
     assert [c.text for c in last_user.content if c.type is agent.ContentType.TEXT] == ["wait, what?", "no, keep a"]
     with pytest.raises(ValueError, match="on_waiting"):
         agent.Runner().send(spec, "x", endpoint, on_waiting="drop")
+
+
+def test_approve_with_an_edited_input_runs_it_and_rewrites_the_transcript(setup: Any) -> None:
+    _, session, tools, spec = setup
+    endpoint = ScriptedEndpoint([calls(("delete", "a"), ("delete", "b")), agent.Message.assistant("done")])
+    agent.Runner().run(spec, [USER], endpoint)
+    assert json.loads(session.approvals()[0].input_schema)["properties"] == {"path": {"type": "string"}}
+    assert session.approve("c1", by="ann", input='{"path": "a.bak"}') is agent.RunState.WAITING
+    approval = session.approvals()[0]
+    assert (approval.input, approval.original_input, approval.by) == ('{"path": "a.bak"}', '{"path": "a"}', "ann")
+    uses = [c for c in session.messages()[-1].content if c.type is agent.ContentType.TOOL_USE]
+    assert [u.input for u in uses] == ['{"path": "a.bak"}', '{"path": "b"}']  # the model reads what will run
+    session.approve("c2")  # unedited: original_input stays None
+    assert session.approvals()[1].original_input is None
+    result = agent.Runner().run(spec, agent.Resume(), endpoint)
+    assert result.text == "done" and tools.ran == ["delete a.bak", "delete b"]
+    assert results(result.messages[2])["c1"].text == "deleted a.bak"
+
+
+def test_an_edited_input_is_retried_safely_and_another_conflicts(setup: Any) -> None:
+    _, session, _, spec = setup
+    agent.Runner().run(spec, [USER], ScriptedEndpoint([calls(("delete", "a"), ("delete", "b"))]))
+    assert session.approve("c1", input='{"path": "x"}') is agent.RunState.WAITING
+    assert session.approve("c1", input='{"path": "x"}', by="again") is agent.RunState.WAITING  # a retry
+    for other in ({"input": '{"path": "y"}'}, {}):  # another input, or the model's
+        with pytest.raises(agent.ConflictError, match="already approved with another input"):
+            session.approve("c1", **other)
+    with pytest.raises(agent.ConflictError, match="already approved"):
+        session.reject("c1")
+    session.approve("c2", input='{"path": "b"}')  # the model's own input is no edit
+    assert session.approvals()[1].original_input is None
+    assert session.approve("c2") is agent.RunState.WAITING  # and approving it plainly is the same decision
+    assert [a.by for a in session.approvals()] == ["", ""]
+
+
+def test_a_bad_edited_input_is_refused_and_a_batch_with_one_stores_nothing(setup: Any) -> None:
+    _, session, _, spec = setup
+    agent.Runner().run(spec, [USER], ScriptedEndpoint([calls(("delete", "a"), ("delete", "b"))]))
+    before = session.messages()
+    with pytest.raises(ValueError, match="not valid JSON"):
+        agent.Decision.approve(input="{path")
+    with pytest.raises(ValueError, match="JSON object"):
+        session.approve("c1", input="[1]")
+    with pytest.raises(ValueError, match="only an approval"):
+        agent.Decision("rejected", input="{}")
+    with pytest.raises(agent.InvalidArgumentsError, match="call 'c2' \\(delete\\)") as error:
+        good, bad = agent.Decision.approve(input='{"path": "z"}'), agent.Decision.approve(input='{"path": 3}')
+        session.decide({"c1": good, "c2": bad})
+    assert error.value.field == "path"
+    with pytest.raises(agent.InvalidArgumentsError, match="path"):
+        session.approve("c1", input="{}")  # a required field missing
+    assert [a.decision for a in session.approvals()] == [None, None]
+    assert session.messages() == before

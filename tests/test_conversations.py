@@ -100,8 +100,10 @@ class PausesAfterStoring(MemoryStore):
         super().__init__()
         self.text, self.stored, self.go_on = text, threading.Event(), threading.Event()
 
-    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> agent.RunState:
-        state = super().add_steer(session_id, text, key=key)
+    def add_steer(
+        self, session_id: str, text: str, *, key: str | None = None, if_busy: str = "steer"
+    ) -> agent.RunState:
+        state = super().add_steer(session_id, text, key=key, if_busy=if_busy)
         if text == self.text:
             self.stored.set()
             assert self.go_on.wait(5)

@@ -22,11 +22,12 @@ from typing import IO, Any
 import pytest
 
 import agentsessions as agent
+from agentsessions.stores import sqlite
 from tests.support.backends import Opener, store_params
 from tests.support.schema_v1 import record_version, scratch_at, url_of, versions
 
 VERSIONED = ("sqlite", "postgres", "mysql", "mongodb", "redis")
-WANTED = 4
+WANTED = sqlite.SCHEMA_VERSION  # every persistent store is at the same version (tests/stores/test_schema_versions.py)
 MIGRATED = list(range(2, WANTED + 1))  # the versions a version-1 database is taken through
 ROOT = Path(__file__).resolve().parent.parent
 # The full count: AGENTSESSIONS_CRASH_TRIALS=100 python -m pytest tests/test_migrate.py -k killed -s
@@ -96,7 +97,8 @@ def test_plan_prints_the_steps_and_applies_nothing(kind: str, tmp_path: Path) ->
         assert done.returncode == 0, done.stderr
         assert f"schema version 1; this release uses version {WANTED}" in done.stdout
         assert "to version 2: steer keys" in done.stdout and "to version 3: approvals" in done.stdout
-        assert f"to version {WANTED}: session metadata" in done.stdout
+        assert "to version 4: session metadata" in done.stdout
+        assert "to version 5: steers queued for the next run" in done.stdout
         assert STEP[kind] in done.stdout
         if kind not in COMMENT:  # the SQL stores create a table a version
             assert "CREATE TABLE IF NOT EXISTS agentsessions_approvals" in done.stdout

@@ -5,6 +5,7 @@
     GET  /session/poll?id=ID&from=N&v=V   what changed since (JSON, for static/console.js)
     GET  /delete?id=ID           the confirmation step
     POST /steer /cancel /fork /delete      the actions (form fields id, csrf, and text, key, new, at)
+    POST /approve /reject        a decision on a waiting call (fields id, csrf, call, seen, by, and reason)
     GET  /static/console.js /static/console.css
 
 Each action goes through the store, so it reaches the run whichever replica holds it.
@@ -24,11 +25,13 @@ from urllib.parse import parse_qsl, urlencode
 
 import attrs
 
+from agentsessions.approvals import Approval, ApprovalStore, Decision
 from agentsessions.console import _blocks, _html
 from agentsessions.console._guard import SECURITY_HEADERS, Guard, same_origin
 from agentsessions.errors import AgentSessionsError, ConflictError
 from agentsessions.runs import RunState, SessionInfo, exists, utcnow
 from agentsessions.session import ForkStore, MetadataStore, RunStore, keeps_steer_keys
+from agentsessions.session import open as open_session
 
 log = logging.getLogger("agentsessions.console")
 
@@ -46,8 +49,11 @@ _NOTICES = {
     "steer-waits": "Steer stored: no live run holds the session, so it waits for the next run.",
     "cancelling": "Cancel requested: the run stops before its next step.",
     "no-run": "No live run holds this session: nothing to cancel.",
+    "wait-ended": "The wait ended: each of its calls is answered as cancelled, and the session is cancelled.",
     "forked": "Forked: this is the new session.",
     "deleted": "Deleted.",
+    "approved": "Approved: a run started with Resume() runs the call once every call of the wait is decided.",
+    "rejected": "Rejected: the model reads the reason when a run goes on with Resume().",
 }
 _STATIC = {"console.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8"}
 _REASONS = {200: "OK", 303: "See Other", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden"}
@@ -206,7 +212,10 @@ class Console:
         status = _html.status(info, self.store.peek_steers(info.id), utcnow())
         # A key per page: sending its steer form twice stores the steer once.
         key = secrets.token_urlsafe(16) if keeps_steer_keys(self.store) else ""
-        body = _html.session(root, info, status, _blocks.messages(transcript), _version(info), self.guard.csrf, key)
+        waits = _html.approvals(root, info, self._calls(info), self.guard.csrf)
+        body = _html.session(
+            root, info, status, _blocks.messages(transcript), _version(info), self.guard.csrf, key, waits
+        )
         return self._html(root, f"Session {info.id}", body, params)
 
     def _poll(self, root: str, params: Params) -> Response:
@@ -215,6 +224,10 @@ class Console:
         answer: dict[str, Any] = {"gone": not exists(info), "version": _version(info), "length": info.length}
         answer["state"] = info.state.value
         answer["status"] = _html.status(info, self.store.peek_steers(info.id), utcnow())
+        calls = self._calls(info)
+        answer["approvals"] = _html.approvals_mark(info, calls)
+        if answer["approvals"] != params.get("a", [""])[0]:
+            answer["approvals_html"] = _html.approvals(root, info, calls, self.guard.csrf)
         if answer["version"] != params.get("v", [""])[0] and not answer["gone"]:
             transcript = self.store.messages(info.id)
             # From the last message the page has: a steer may have joined it (the trailing user message).
@@ -240,7 +253,40 @@ class Console:
 
     def _cancel(self, root: str, form: Params) -> Response:
         info = self._known(_one(form, "id"))
-        return self._back(root, info.id, "cancelling" if self.store.cancel(info.id) else "no-run")
+        # A waiting session's cancel ends its wait (session.cancel): its calls are answered as cancelled.
+        if not open_session(info.id, self.store).cancel():
+            return self._back(root, info.id, "no-run")
+        return self._back(root, info.id, "wait-ended" if info.state is RunState.WAITING else "cancelling")
+
+    def _approve(self, root: str, form: Params) -> Response:
+        return self._decide(root, form, Decision.approve(by=form.get("by", [""])[0]))
+
+    def _reject(self, root: str, form: Params) -> Response:
+        decision = Decision.reject(reason=form.get("reason", [""])[0], by=form.get("by", [""])[0])
+        return self._decide(root, form, decision)
+
+    def _decide(self, root: str, form: Params, decision: Decision) -> Response:
+        """Record ``decision`` on the form's call; a call decided elsewhere meanwhile is a 409 page.
+
+        The page of a conflict says why and shows the wait as it stands. The form carries
+        the input the page showed (``seen``): a call that now holds another input is a
+        conflict too, so nobody decides on what they did not see.
+        """
+        info = self._known(_one(form, "id"))
+        if not isinstance(self.store, ApprovalStore):
+            raise Refused(400, f"this store ({type(self.store).__name__}) keeps no approvals")
+        call_id, seen = _one(form, "call"), form.get("seen")
+        back = _html.session_link(root, info.id)
+        try:
+            current = {call.call_id: call for call in self._calls(info)}.get(call_id)
+            if seen is not None and current is not None and current.input != seen[0]:
+                raise ConflictError(f"call {call_id!r:.80} holds another input than the page showed")
+            open_session(info.id, self.store).decide({call_id: decision})
+        except ConflictError as error:
+            return _page(409, _html.layout(root, "Conflict", self._conflict(root, info.id, str(error), back)))
+        except ValueError as error:  # a decision the store refuses: its message names what is wrong
+            raise Refused(400, str(error), back) from None
+        return self._back(root, info.id, decision.decision)
 
     def _fork(self, root: str, form: Params) -> Response:
         info = self._known(_one(form, "id"))
@@ -265,6 +311,19 @@ class Console:
             raise Refused(404, f"no session {session_id!r:.300}")
         return info
 
+    def _conflict(self, root: str, session_id: str, text: str, back: str) -> str:
+        """A conflict's page: why nothing was recorded, the session's state and its latest wait's calls."""
+        state = self.store.info(session_id).state.value
+        calls = self.store.approvals(session_id) if isinstance(self.store, ApprovalStore) else []
+        standing = f'<p>The session is <span class="state {state}">{state}</span> now.</p>{_html.decided(calls)}'
+        return _html.problem(root, f"Not recorded: {text}", back) + f'<section class="approvals">{standing}</section>'
+
+    def _calls(self, info: SessionInfo) -> list[Approval]:
+        """The calls a waiting session waits for; none when it does not wait or the store keeps no approvals."""
+        if info.state is not RunState.WAITING or not isinstance(self.store, ApprovalStore):
+            return []
+        return self.store.approvals(info.id)
+
     def _back(self, root: str, session_id: str, notice: str) -> Response:
         return _redirect(_html.session_link(root, session_id) + f"&notice={notice}")
 
@@ -283,6 +342,8 @@ class Console:
         "/cancel": _cancel,
         "/fork": _fork,
         "/delete": _delete,
+        "/approve": _approve,
+        "/reject": _reject,
     }
 
 

@@ -15,6 +15,7 @@ from urllib.parse import quote, urlencode
 import attrs
 
 from agentsessions import _format as fmt
+from agentsessions.approvals import Approval
 from agentsessions.runs import RunState, SessionInfo, Steer
 
 
@@ -71,7 +72,7 @@ def listing(root: str, page: Listing, now: datetime.datetime) -> str:
         count = f"{page.counts.get(state, 0)}{plus if page.counts.get(state) else ''}"
         query = _query([("state", state.value), *pairs])
         filters.append(_filter(root, state.value, count, query, page.states == {state}))
-    rows = "".join(_row(root, info, now) for info in page.rows) or '<tr><td colspan="7">no sessions</td></tr>'
+    rows = "".join(_row(root, info, now) for info in page.rows) or '<tr><td colspan="8">no sessions</td></tr>'
     more = []
     if not page.first_page:
         first = _query([*(("state", s.value) for s in sorted(page.states)), *pairs])
@@ -93,7 +94,8 @@ def listing(root: str, page: Listing, now: datetime.datetime) -> str:
     return (
         f'<h1>Sessions</h1><p class="filters">{" ".join(filters)}</p>{search}'
         f'<table class="sessions"{refresh}><thead><tr><th>id</th><th>state</th><th>messages</th><th>steers</th>'
-        f"<th>updated (UTC)</th><th>holder</th><th>lease</th></tr></thead><tbody>{rows}</tbody></table>"
+        "<th>updated (UTC)</th><th>holder</th><th>lease</th><th>approvals</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
         f'<p class="pages">{" · ".join(more)}</p>'
     )
 
@@ -113,8 +115,16 @@ def _row(root: str, info: SessionInfo, now: datetime.datetime) -> str:
         f'<tr><td><a href="{escape(session_link(root, info.id))}">{escape(info.id)}</a></td>'
         f'<td><span class="state {info.state.value}">{info.state.value}{cancelling}</span></td>'
         f"<td>{info.length}</td><td>{info.pending_steers}</td><td>{fmt.utc(info.updated_at)}</td>"
-        f"<td>{escape(info.holder or '-')}</td><td>{escape(fmt.lease(info, now))}</td></tr>"
+        f"<td>{escape(info.holder or '-')}</td><td>{escape(fmt.lease(info, now))}</td>"
+        f"<td>{_pending(info)}</td></tr>"
     )
+
+
+def _pending(info: SessionInfo) -> str:
+    """A waiting session's undecided calls, in the list: what someone has to look at."""
+    if info.state is not RunState.WAITING:
+        return ""
+    return f'<span class="pending-approvals">{info.pending_approvals} pending</span>'
 
 
 # --- One session --------------------------------------------------------------------------
@@ -138,18 +148,27 @@ def status(info: SessionInfo, steers: Sequence[Steer], now: datetime.datetime) -
         f'<dl><dt>state</dt><dd><span class="state {info.state.value}">{info.state.value}</span>{cancelling}</dd>'
         f"<dt>holder</dt><dd>{holder}</dd><dt>lease</dt><dd>{escape(fmt.lease(info, now))}</dd>"
         + (doing if info.state is RunState.RUNNING else "")
+        + (f"<dt>approvals</dt><dd>{_pending(info)}</dd>" if info.state is RunState.WAITING else "")
         + f"<dt>messages</dt><dd>{info.length}</dd><dt>updated (UTC)</dt><dd>{fmt.utc(info.updated_at)}</dd>"
         f"<dt>steers waiting</dt><dd>{len(steers)}</dd></dl>" + (f'<ol class="steers">{waiting}</ol>' if steers else "")
     )
 
 
 def session(
-    root: str, info: SessionInfo, status_html: str, transcript_html: str, version: str, csrf: str, steer_key: str = ""
+    root: str,
+    info: SessionInfo,
+    status_html: str,
+    transcript_html: str,
+    version: str,
+    csrf: str,
+    steer_key: str = "",
+    approvals_html: str = "",
 ) -> str:
     """A session's page: its record, the actions, and the transcript that the script keeps growing.
 
     ``steer_key``, when the store keeps steer keys, goes into the steer form: a form sent
-    twice (a double click, a resent request) stores its steer once.
+    twice (a double click, a resent request) stores its steer once. ``approvals_html``
+    (:func:`approvals`) is the wait's panel; the script replaces it as decisions arrive.
     """
     sid = escape(info.id)
     hidden = csrf_field(csrf) + f'<input type="hidden" name="id" value="{sid}">'
@@ -157,6 +176,7 @@ def session(
     # Panels of the side column, in order; an approvals panel goes beside the steer one.
     panels = [
         f'<section class="panel"><h2>Run</h2><div id="status">{status_html}</div></section>',
+        f'<div id="approvals">{approvals_html}</div>',
         _steer_panel(root, hidden, steer_key),
         _actions_panel(root, info, hidden),
     ]
@@ -166,6 +186,75 @@ def session(
         f'data-length="{info.length}" data-version="{escape(version)}" data-state="{info.state.value}">'
         f"{transcript_html}</div></section></div>"
     )
+
+
+def approvals_mark(info: SessionInfo, calls: Sequence[Approval]) -> str:
+    """What changes when the wait's panel should: the state and every call's decision."""
+    if info.state is not RunState.WAITING:
+        return ""
+    decided = ";".join(f"{c.call_id}={c.decision or '-'}" for c in calls)
+    return f"{len(calls)}:{decided}"
+
+
+def approvals(root: str, info: SessionInfo, calls: Sequence[Approval], csrf: str) -> str:
+    """The panel of a waiting session: each call of the wait, with Approve and Reject for the undecided.
+
+    ``data-mark`` is :func:`approvals_mark`: the page's script asks for the panel again
+    when the console's mark differs (a decision made elsewhere, a run that went on).
+    """
+    if info.state is not RunState.WAITING:
+        return ""
+    hidden = csrf_field(csrf) + f'<input type="hidden" name="id" value="{escape(info.id)}">'
+    shown = "".join(_approval(root, hidden, call) for call in calls) or "<p>no calls</p>"
+    end = (
+        f'<form method="post" action="{root}/cancel" class="end-wait">{hidden}'
+        '<button type="submit" name="do" value="end-wait" class="danger">Cancel: end the wait</button></form>'
+    )
+    return (
+        f'<section class="panel approvals" data-mark="{escape(approvals_mark(info, calls))}">'
+        f"<h2>Approvals</h2>{shown}{end}</section>"
+    )
+
+
+def decided(calls: Sequence[Approval]) -> str:
+    """The calls of a wait as they stand, without forms (the page after a conflict)."""
+    return "".join(_approval("", "", call) for call in calls)
+
+
+def _approval(root: str, hidden: str, call: Approval) -> str:
+    head = (
+        f'<p><strong class="tool">{escape(call.tool)}</strong> <code class="call-id">{escape(call.call_id)}</code>'
+        f"<br>requested {fmt.utc(call.requested_at)} UTC</p>"
+    )
+    box = f'<div class="approval" data-call="{escape(call.call_id)}">{head}'
+    if call.decision is not None or not hidden:
+        return f'{box}<pre class="input">{escape(call.input)}</pre>{_decision(call)}</div>'
+    # Each form names the call and the input it shows: the console refuses a decision on a
+    # call that changed since the page showed it.
+    which = hidden + (
+        f'<input type="hidden" name="call" value="{escape(call.call_id)}">'
+        f'<input type="hidden" name="seen" value="{escape(call.input)}">'
+    )
+    who = '<label>by <input name="by" value="console" aria-label="decided by"></label>'
+    return (
+        f'{box}<form method="post" action="{root}/approve">{which}'
+        # The newline after <textarea>: a parser drops one there, so the input keeps its own.
+        '<label>input <textarea name="input" rows="3" readonly aria-label="input">\n'
+        f"{escape(call.input)}</textarea></label>"
+        f'{who}<button type="submit" name="do" value="approve">Approve</button></form>'
+        f'<form method="post" action="{root}/reject">{which}'
+        '<label>reason <input name="reason" aria-label="reason"></label>'
+        f'{who}<button type="submit" name="do" value="reject" class="danger">Reject</button></form></div>'
+    )
+
+
+def _decision(call: Approval) -> str:
+    if call.decision is None:
+        return '<p class="decision undecided">undecided</p>'
+    by = f" by {escape(call.by)}" if call.by else ""
+    reason = f': <span class="reason">{escape(call.reason)}</span>' if call.reason else ""
+    at = f" at {fmt.utc(call.decided_at)} UTC" if call.decided_at else ""
+    return f'<p class="decision {escape(call.decision)}">{escape(call.decision)}{by}{at}{reason}</p>'
 
 
 def _steer_panel(root: str, hidden: str, steer_key: str) -> str:

@@ -25,11 +25,11 @@ from typing import Any, Protocol, overload
 
 import attrs
 
-from agentsessions.approvals import Approval, Decision, check_decisions
+from agentsessions.approvals import Approval, Decision, check_decisions, check_input_json, edits_inputs
 from agentsessions.crypto import _approvals as approval_crypto
 from agentsessions.crypto._keyring import Keyring
 from agentsessions.crypto._sealing import Sealer
-from agentsessions.errors import ConflictError, FormatError
+from agentsessions.errors import ConflictError, FormatError, SessionBusyError
 from agentsessions.messages import Message, check_transcript, transcript_list
 from agentsessions.runs import Claim, Progress, Renewal, RunState, SessionInfo, Steer
 from agentsessions.session import (
@@ -37,12 +37,14 @@ from agentsessions.session import (
     RunStore,
     Store,
     check_fork_at,
+    check_if_busy,
     check_session_id,
     check_steer,
+    keeps_busy_policies,
     keeps_steer_keys,
 )
 from agentsessions.stores.kit import arguments
-from agentsessions.stores.kit.approvals import check_wait
+from agentsessions.stores.kit.approvals import Rewrite, check_wait
 from agentsessions.stores.kit.incremental import SessionMemory, shared_prefix
 
 SEED_METHODS = ("save", "messages", "add_steer", "take_steers")
@@ -78,6 +80,11 @@ class EncryptedStore:
     """
 
     __slots__ = ("_known", "_sealer", "_twins", "_twins_lock", "inner")
+
+    @property
+    def edits_inputs(self) -> bool:
+        """Whether the wrapped store records an approval with an edited input (so this one does)."""
+        return edits_inputs(self.inner)
 
     def __init__(self, inner: Store, sealer: Sealer) -> None:
         self.inner = inner
@@ -171,7 +178,7 @@ class EncryptedStore:
             first = first_seq.get(steer_id) if steer_id else None
             if first is None:
                 first_seq[steer_id] = steer.seq
-                opened.append(Steer(steer.seq, text))
+                opened.append(Steer(steer.seq, text, steer.after_token))
             else:
                 twins.setdefault(first, []).append(steer.seq)
         return opened, twins
@@ -196,27 +203,38 @@ class _Everything(EncryptedStore):
 
     inner: Any  # has whichever of these methods the class was built with
 
-    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None, if_busy: str = "steer") -> RunState:
         """Leave a steer, stored encrypted; with ``key``, safe to retry (the wrapped store keeps the key).
 
         A keyed steer is sealed deterministically (see :mod:`agentsessions.crypto._sealing`),
         so a retry hands the wrapped store the ciphertext it kept. A retry after the current
         key changed is sealed again under each older key of the keyring before its
-        :class:`~agentsessions.ConflictError` is believed.
+        :class:`~agentsessions.ConflictError` is believed. ``if_busy`` goes to the wrapped
+        store, which decides it (a ``TypeError`` if that store takes none).
         """
         session_id, text, key = arguments.add_steer(session_id, text, key)
+        policy: dict[str, str] = {}
+        if check_if_busy(if_busy) != "steer":
+            if not keeps_busy_policies(self.inner):
+                raise TypeError(
+                    f"{type(self.inner).__name__} cannot apply if_busy={if_busy!r}: its add_steer takes none"
+                )
+            policy["if_busy"] = if_busy
         if key is None:
-            state: RunState = self.inner.add_steer(session_id, self._sealer.seal_steer(session_id, text))
+            state: RunState = self.inner.add_steer(session_id, self._sealer.seal_steer(session_id, text), **policy)
             return state
         current = self.keyring.current
         try:
-            state = self.inner.add_steer(session_id, self._sealer.seal_keyed_steer(session_id, key, text), key=key)
+            sealed = self._sealer.seal_keyed_steer(session_id, key, text)
+            state = self.inner.add_steer(session_id, sealed, key=key, **policy)
             return state
+        except SessionBusyError:
+            raise  # if_busy="reject" refused it: no older key's ciphertext changes that
         except ConflictError as conflict:
             for key_id in (k for k in self.keyring.ids if k != current):
                 with contextlib.suppress(ConflictError):
                     sealed = self._sealer.seal_keyed_steer(session_id, key, text, key_id)
-                    state = self.inner.add_steer(session_id, sealed, key=key)
+                    state = self.inner.add_steer(session_id, sealed, key=key, **policy)
                     return state
             raise conflict
 
@@ -330,11 +348,30 @@ class _Everything(EncryptedStore):
         stored = self.inner.approvals(check_session_id(session_id))
         return approval_crypto.opened(self._sealer, session_id, stored)
 
-    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
-        """Record ``decisions`` (the wrapped store's ``decide``), each reason stored encrypted."""
+    def decide(self, session_id: str, decisions: Mapping[str, Decision], *, rewrite: Rewrite | None = None) -> RunState:
+        """Record ``decisions`` (the wrapped store's ``decide``), each reason and edited input stored encrypted.
+
+        An edited input has the wrapped store rewrite the wait's sealed message through this
+        wrapper: opened, the input put in, sealed again, in the wrapped store's atomic step.
+        ``rewrite`` is the wrapped store's to take: this wrapper passes its own.
+        """
+        if rewrite is not None:
+            raise TypeError("crypto.encrypted rewrites the wait's message itself: pass no rewrite")
         checked = check_decisions(decisions)
-        sealed = approval_crypto.sealed_decisions(self._sealer, check_session_id(session_id), checked)
-        state: RunState = self.inner.decide(session_id, sealed)
+        check_session_id(session_id)
+        inputs = {call_id: d.input for call_id, d in checked.items() if d.input is not None}
+        for text in inputs.values():
+            check_input_json(text)  # as session.decide does; the wrapped store sees it encrypted
+        if not inputs:
+            sealed = approval_crypto.sealed_decisions(self._sealer, session_id, checked)
+            state: RunState = self.inner.decide(session_id, sealed)
+            return state
+        if not edits_inputs(self.inner):
+            raise TypeError(f"{type(self.inner).__name__} cannot approve a call with an edited input")
+        stored = self.inner.approvals(session_id)
+        sealed = approval_crypto.sealed_decisions(self._sealer, session_id, checked, stored)
+        rewrite = approval_crypto.rewrite(self._sealer, session_id, inputs)
+        state = self.inner.decide(session_id, sealed, rewrite=rewrite)
         return state
 
 

@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 
 import attrs
 
-from agentsessions.approvals import Approval, Decision, check_decisions, decided, pending_count, pending_error
+from agentsessions.approvals import Approval, Decision, check_decisions, decided, edits, pending_count, pending_error
 from agentsessions.errors import ConflictError
 from agentsessions.messages import Message, check_transcript, transcript_list
 from agentsessions.metadata import check_metadata, metadata_filter
@@ -32,7 +32,9 @@ from agentsessions.runs import (
     utcnow,
 )
 from agentsessions.session import check_fork_at, check_session_id
+from agentsessions.stores.kit import approvals as kit_approvals
 from agentsessions.stores.kit import arguments, steerkeys
+from agentsessions.stores.kit import busy as policies
 from agentsessions.stores.kit.approvals import check_wait
 
 __all__ = ["MemoryStore"]
@@ -119,20 +121,27 @@ class MemoryStore:
         entry = self._sessions.get(check_session_id(session_id))
         return list(entry.messages) if entry else []
 
-    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None, if_busy: str = "steer") -> RunState:
         """Leave a steer for the session's run; returns the session's state as it was stored.
 
         A ``key`` the session holds stores nothing: the state for the same text, a
-        :class:`ConflictError` for another.
+        :class:`ConflictError` for another. ``if_busy`` decides what the steer does while a
+        live run holds the session (:mod:`agentsessions.stores.kit.busy`).
         """
         session_id, text, key = arguments.add_steer(session_id, text, key)
+        if_busy = policies.check(if_busy)
         entry = self._locked(session_id)
         try:
+            state = entry.state(utcnow())
             if key is None or steerkeys.fresh(entry.keys.get(key), text, session_id, key):
+                after = policies.after_token(
+                    if_busy, state, entry.token, session_id, entry.holder, entry.lease_expires_at
+                )
                 if key is not None:
                     entry.keys[key] = steerkeys.digest(text)
-                entry.steers.append(Steer(next(self._seqs), text))
-            return entry.state(utcnow())
+                entry.steers.append(Steer(next(self._seqs), text, after))
+                entry.cancel_requested = entry.cancel_requested or policies.interrupts(if_busy, after)
+            return state
         finally:
             entry.lock.release()
 
@@ -314,14 +323,26 @@ class MemoryStore:
         entry = self._sessions.get(check_session_id(session_id))
         return list(entry.approvals) if entry is not None else []
 
-    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
-        """Record ``decisions`` on the waiting calls, all or none; the state after."""
+    def decide(
+        self, session_id: str, decisions: Mapping[str, Decision], *, rewrite: kit_approvals.Rewrite | None = None
+    ) -> RunState:
+        """Record ``decisions`` on the waiting calls, all or none; the state after.
+
+        An edited input rewrites the wait's ``tool_use`` block under the same lock.
+        """
         decisions = check_decisions(decisions)
         entry = self._locked(check_session_id(session_id))
         try:
             now = utcnow()
             waiting = entry.run_state is RunState.WAITING
             after = decided(session_id, waiting, entry.approvals, decisions, now)
+            inputs = edits(entry.approvals, after) if after is not None else {}
+            if inputs:
+                last = len(entry.messages) - 1
+                if last < 0:
+                    raise ConflictError(f"session {session_id!r:.80} has no transcript holding its wait")
+                message = kit_approvals.rewritten(rewrite, last, entry.messages[last], inputs)
+                entry.messages = (*entry.messages[:last], message)
             if after is not None:
                 entry.approvals = tuple(after)
             return entry.state(now)

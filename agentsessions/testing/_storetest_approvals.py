@@ -8,26 +8,30 @@ retry of the same decision recording nothing, and among racing deciders exactly 
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
+import json
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import attrs
 from hypothesis import given
 from hypothesis import strategies as st
 
 from agentsessions.approvals import Approval, ApprovalStore, Decision
 from agentsessions.errors import ApprovalPendingError, ConflictError
-from agentsessions.messages import Message
+from agentsessions.messages import Content, Message, Role
 from agentsessions.runs import UTC, RunState
 from agentsessions.testing._storetest_support import TEXT, TOOL_INPUT, Context, check_equal, check_raises, run_threads
 
 WAIT = "a waiting session keeps its calls verbatim and is not claimed while one is undecided"
 DECIDE = "a call is decided once, in one atomic step, all or none"
 RACE = "racing deciders record one decision per call"
+EDIT = "an edited input is stored in the approval and the transcript's call in one atomic step, the model's kept"
 
-APPROVAL_PROPERTIES: tuple[str, ...] = (WAIT, DECIDE, RACE)
+APPROVAL_PROPERTIES: tuple[str, ...] = (WAIT, DECIDE, RACE, EDIT)
 """The properties run for an :class:`~agentsessions.approvals.ApprovalStore`, skipped for any other store."""
 
 _TOOL = st.from_regex(r"[a-zA-Z0-9_-]{1,64}", fullmatch=True)
@@ -220,7 +224,111 @@ def _check_race(context: Context) -> None:
     race()
 
 
-APPROVAL_CHECKS: dict[str, Callable[[Context], None]] = {WAIT: _check_wait, DECIDE: _check_decide, RACE: _check_race}
+_EDITED = st.dictionaries(TEXT, st.one_of(TEXT, st.integers()), max_size=3).map(
+    lambda d: json.dumps(d, ensure_ascii=False)
+)
+
+
+def _asking(context: Context, calls: Sequence[Approval]) -> tuple[str, list[Message]]:
+    """A new session waiting for ``calls``, its transcript ending with the assistant message making them."""
+    store, _ = context.runs
+    session_id = context.new_id("edit")
+    uses = [Content.tool_use(a.call_id, a.tool, a.input) for a in calls]
+    transcript = [Message.user("do it"), Message(Role.ASSISTANT, uses)]
+    claim = store.claim(session_id, replica="storetest", lease=30)
+    store.save_run(claim, transcript)
+    _stores(context)[0].wait(claim, calls)
+    return session_id, transcript
+
+
+def _with_input(transcript: list[Message], call_id: str, text: str) -> list[Message]:
+    """``transcript`` with the call ``call_id`` of its last message holding ``text``."""
+    *head, last = transcript
+    blocks = [attrs.evolve(c, input=text) if c.id == call_id else c for c in last.content]
+    return [*head, attrs.evolve(last, content=tuple(blocks))]
+
+
+def _check_edit(context: Context) -> None:
+    runs, runs_replica = context.runs
+    store, replica = _stores(context)
+
+    @context.fewer(2)
+    @given(calls=_calls(min_size=2), edit=_EDITED, other=_EDITED, schema=TEXT)
+    def edited(calls: list[Approval], edit: str, other: str, schema: str) -> None:
+        context.examples += 1
+        calls = [attrs.evolve(calls[0], input_schema=schema), *calls[1:]]
+        session_id, transcript = _asking(context, calls)
+        first, second = calls[0].call_id, calls[1].call_id
+        check_equal(replica.approvals(session_id), calls, "approvals() keeping each call's input_schema")
+        store.decide(session_id, {second: Decision.reject()})
+        batch = {first: Decision.approve(input=edit), second: Decision.approve()}
+        check_raises(ConflictError, functools.partial(store.decide, session_id, batch), "a batch with one conflict")
+        check_equal(runs_replica.messages(session_id), transcript, "the transcript after a refused batch")
+        check_equal(replica.approvals(session_id)[0], calls[0], "the call after a refused batch")
+        check_equal(store.decide(session_id, {first: Decision.approve(input=edit)}), RunState.WAITING, "decide()")
+        want = attrs.evolve(calls[0], decision="approved")
+        if edit != calls[0].input:
+            want = attrs.evolve(want, input=edit, original_input=calls[0].input)
+        got = replica.approvals(session_id)[0]
+        check_equal(attrs.evolve(got, decided_at=None), want, "the approval with an edited input")
+        edited_transcript = _with_input(transcript, first, edit)
+        check_equal(runs_replica.messages(session_id), edited_transcript, "the transcript after an edited approval")
+        retry = replica.decide(session_id, {first: Decision.approve(input=edit, by="again")})
+        check_equal(retry, RunState.WAITING, "the same edited input again")
+        if other != edit:
+            another = functools.partial(replica.decide, session_id, {first: Decision.approve(input=other)})
+            check_raises(ConflictError, another, "another input on an approved call")
+        check_equal(replica.approvals(session_id)[0], got, "the approval after a retry and a conflict")
+        if calls[2:]:
+            store.decide(session_id, {a.call_id: Decision.approve() for a in calls[2:]})
+        claim = runs.claim(session_id, replica="resumer", lease=30)
+        resumed = [*runs.messages(session_id), Message.user("done")]
+        check_equal(resumed[:-1], edited_transcript, "the transcript a resumed run reads")
+        runs.save_run(claim, resumed, end=RunState.FINISHED)
+        check_equal(runs_replica.messages(session_id), resumed, "the transcript saved by the resumed run")
+        runs.delete(session_id)
+
+    edited()
+    _check_edit_race(context)
+
+
+def _check_edit_race(context: Context) -> None:
+    """Deciders racing with different inputs: one wins, and its input is both the approval's and the call's."""
+    runs, runs_replica = context.runs
+    stores = _stores(context)
+
+    @context.threaded
+    @given(calls=_calls(min_size=1, max_size=2))
+    def race(calls: list[Approval]) -> None:
+        context.examples += 1
+        session_id, transcript = _asking(context, calls)
+        call_id = calls[0].call_id
+        won: list[str] = []
+
+        def decider(n: int) -> Callable[[], None]:
+            def decide() -> None:
+                text = json.dumps({"by": n})
+                with contextlib.suppress(ConflictError):
+                    stores[n % 2].decide(session_id, {call_id: Decision.approve(input=text)})
+                    won.append(text)
+
+            return decide
+
+        run_threads([decider(n) for n in range(4)])
+        check_equal(len(won), 1, "the deciders that won a race with different inputs")
+        check_equal(stores[1].approvals(session_id)[0].input, won[0], "the approval's input after the race")
+        check_equal(runs_replica.messages(session_id), _with_input(transcript, call_id, won[0]), "the transcript")
+        runs.delete(session_id)
+
+    race()
+
+
+APPROVAL_CHECKS: dict[str, Callable[[Context], None]] = {
+    WAIT: _check_wait,
+    DECIDE: _check_decide,
+    RACE: _check_race,
+    EDIT: _check_edit,
+}
 """What checks each approval property."""
 
 __all__ = ["APPROVAL_CHECKS", "APPROVAL_PROPERTIES"]

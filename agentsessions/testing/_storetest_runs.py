@@ -75,7 +75,9 @@ def _short_lease(store: RunStore, context: Context) -> float:
     return max(SHORT_LEASE, round(10 * slowest, 2))
 
 
-def _wait_stalled(store: RunStore, session_id: str, lease: float) -> None:
+def wait_stalled(store: RunStore, session_id: str, lease: float) -> None:
+    """Wait until the session, claimed with a lease of ``lease`` seconds, shows ``STALLED``."""
+
     def stalled() -> bool:
         return store.info(session_id).state is RunState.STALLED
 
@@ -230,7 +232,7 @@ def _check_cancel_stalled(context: Context, store: RunStore) -> None:
     asked = store.cancel(session_id)
     if time.monotonic() - started < lease:  # the lease was live all along
         check_equal(asked, True, "cancel() right after a claim")
-    _wait_stalled(store, session_id, lease)
+    wait_stalled(store, session_id, lease)
     _check_no_cancel(store, session_id, "STALLED")
     claim = store.claim(session_id, replica=REPLICAS[1], lease=LONG_LEASE)
     check_equal(store.info(session_id).cancel_requested, False, "info().cancel_requested after a claim took over")
@@ -274,7 +276,7 @@ def _check_crash_recovered(context: Context, store: RunStore, replica: RunStore)
     for text in ("first", "second"):
         store.add_steer(session_id, text)
     peeked = store.peek_steers(session_id)  # the run dies here, the steers in its memory only
-    _wait_stalled(replica, session_id, lease)
+    wait_stalled(replica, session_id, lease)
     claim = replica.claim(session_id, replica=REPLICAS[1], lease=LONG_LEASE)
     check_equal(replica.peek_steers(session_id), peeked, "peek_steers() after a run that had peeked them died")
     check_equal(replica.messages(session_id), _say("before"), "messages() after a run died")
@@ -392,7 +394,7 @@ def _check_takeover(store: RunStore, replica: RunStore, session_id: str, lease: 
             raise AssertionError("claim() did not raise SessionBusyError while another run's lease was live")
     (steer,) = store.peek_steers(session_id)
     if early is None:
-        _wait_stalled(replica, session_id, lease)
+        wait_stalled(replica, session_id, lease)
     new = early or replica.claim(session_id, replica=REPLICAS[1], lease=LONG_LEASE)
     if new.token <= old.token:
         raise AssertionError(f"claim() that took over a stalled session got token {new.token}, not above {old.token}")
@@ -410,12 +412,12 @@ def _check_takeover(store: RunStore, replica: RunStore, session_id: str, lease: 
 
 def _check_stalled_holds(store: RunStore, session_id: str, lease: float) -> None:
     claim = store.claim(session_id, replica=REPLICAS[0], lease=lease)
-    _wait_stalled(store, session_id, lease)
+    wait_stalled(store, session_id, lease)
     started = time.monotonic()
     check_equal(store.save_run(claim, _say("late")), Progress(), "save_run() of a stalled claim nobody took over")
     if time.monotonic() - started < lease:
         check_equal(store.info(session_id).state, RunState.RUNNING, "state after a stalled claim saved")
-    _wait_stalled(store, session_id, lease)
+    wait_stalled(store, session_id, lease)
     check_equal(store.renew([claim]), Renewal(), "renew() of a stalled claim nobody took over")
     _release(store, claim)
     _delete(store, session_id)
@@ -452,7 +454,7 @@ def _check_took_over(context: Context) -> None:
     for session_id in (fresh, saved):
         first = store.claim(session_id, replica=REPLICAS[0], lease=lease)
         check_equal(first.took_over, False, f"Claim.took_over of the first claim of {show_id(session_id)}")
-        _wait_stalled(replica, session_id, lease)
+        wait_stalled(replica, session_id, lease)
         taken = replica.claim(session_id, replica=REPLICAS[1], lease=LONG_LEASE)
         check_equal(taken.took_over, True, "Claim.took_over of a claim that took over a STALLED session")
         _release(replica, taken)
@@ -461,7 +463,7 @@ def _check_took_over(context: Context) -> None:
         _release(store, again)
     raced = context.new_id("raced for")
     store.claim(raced, replica=REPLICAS[0], lease=lease)
-    _wait_stalled(replica, raced, lease)
+    wait_stalled(replica, raced, lease)
     _release(store, race_takeover(context.runs, raced, 4, LONG_LEASE))
     _delete(store, fresh, saved, raced)
 

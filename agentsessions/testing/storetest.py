@@ -25,7 +25,9 @@ cancel, the refusal of bad arguments to run calls) run when the store is a
 :class:`~agentsessions.session.RunStore`, and are reported in :attr:`Report.skipped` for a
 store with only the four methods of
 :class:`~agentsessions.session.Store`; so is :data:`KEYS` (steer keys) for a store whose
-``add_steer`` takes no ``key``. They delete every session they make; the
+``add_steer`` takes no ``key``, :data:`BUSY` (``if_busy`` policies) for one whose
+``add_steer`` takes no ``if_busy``, and :data:`EDIT` (an approval with an edited input) for
+one whose ``decide`` takes no ``rewrite``. They delete every session they make; the
 sessions of the other properties stay behind. Importing this module imports Hypothesis;
 ``import agentsessions`` never does.
 """
@@ -47,11 +49,20 @@ from hypothesis import Phase, example, given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
-from agentsessions.approvals import ApprovalStore
+from agentsessions.approvals import ApprovalStore, edits_inputs
 from agentsessions.messages import Content, Message, Role
-from agentsessions.session import MAX_SESSION_ID, ForkStore, MetadataStore, RunStore, Store, keeps_steer_keys
-from agentsessions.testing._storetest_approvals import APPROVAL_CHECKS, APPROVAL_PROPERTIES
+from agentsessions.session import (
+    MAX_SESSION_ID,
+    ForkStore,
+    MetadataStore,
+    RunStore,
+    Store,
+    keeps_busy_policies,
+    keeps_steer_keys,
+)
+from agentsessions.testing._storetest_approvals import APPROVAL_CHECKS, APPROVAL_PROPERTIES, EDIT
 from agentsessions.testing._storetest_arguments import ARGUMENTS
+from agentsessions.testing._storetest_busy import BUSY, BUSY_CHECKS
 from agentsessions.testing._storetest_fork import FORK, FORK_CHECKS
 from agentsessions.testing._storetest_keys import KEY_CHECKS, KEYS
 from agentsessions.testing._storetest_many import MANY, check_many
@@ -82,6 +93,7 @@ from agentsessions.testing._storetest_support import (
 __all__ = [
     "APPROVAL_PROPERTIES",
     "ARGUMENTS",
+    "BUSY",
     "FORK",
     "KEYS",
     "MANY",
@@ -111,6 +123,7 @@ PROPERTIES: tuple[str, ...] = (
     *(UNKNOWN, VERBATIM, STEERS, REPLACES, FRESH, ISOLATED, REJECTED, MODEL, READERS, MANY),
     *RUN_PROPERTIES,
     KEYS,
+    BUSY,
     FORK,
     *APPROVAL_PROPERTIES,
     METADATA,
@@ -138,6 +151,8 @@ class Report:
     :class:`~agentsessions.session.RunStore`, the fork property for one that is not a
     :class:`~agentsessions.session.ForkStore`, the steer-key property for one whose
     ``add_steer`` takes no ``key`` (:func:`~agentsessions.session.keeps_steer_keys`), the
+    ``if_busy`` property for one whose ``add_steer`` takes no ``if_busy``
+    (:func:`~agentsessions.session.keeps_busy_policies`), the
     metadata property for one that is not a :class:`~agentsessions.session.MetadataStore`, the
     schema property for one without ``schema_version`` (a store with no database).
     """
@@ -211,7 +226,9 @@ def _check(names: Sequence[str], factory: Callable[[], Store], max_examples: int
             (name in RUN_PROPERTIES and not isinstance(context.store, RunStore))
             or (name == FORK and not isinstance(context.store, ForkStore))
             or (name == KEYS and not keeps_steer_keys(context.store))
+            or (name == BUSY and not keeps_busy_policies(context.store))
             or (name in APPROVAL_PROPERTIES and not isinstance(context.store, ApprovalStore))
+            or (name == EDIT and not edits_inputs(context.store))
             or (name == METADATA and not isinstance(context.store, MetadataStore))
             or (name == SCHEMA and not versioned(context.store))
         ):
@@ -648,6 +665,7 @@ _CHECKS: dict[str, Callable[[Context], None]] = {
     **RUN_CHECKS,
     **FORK_CHECKS,
     **KEY_CHECKS,
+    **BUSY_CHECKS,
     **APPROVAL_CHECKS,
     **METADATA_CHECKS,
     **SCHEMA_CHECKS,

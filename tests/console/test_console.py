@@ -10,6 +10,7 @@ from tests.support.servers import skip_without
 
 skip_without("waitress", extra="console")  # before the imports that need them
 
+import json
 import re
 import socket
 import subprocess
@@ -27,7 +28,7 @@ from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.loop import IN_DOUBT
 from agentsessions.messages import Content, ContentType, Message, Role
 from agentsessions.stores import sqlite
-from tests.support.console_server import TOKEN, served, sqlite_store
+from tests.support.console_server import TOKEN, Waiting, served, sqlite_store
 from tests.support.servers import POSTGRES_DSN, require_server
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -439,3 +440,102 @@ def test_a_journal_call_in_the_last_message_is_marked_as_possibly_under_way(
     # Once the transcript moves on, the mark is a call in doubt, never one under way.
     store.save("journal", [*store.messages("journal"), Message.assistant("sent, maybe")])
     assert "in-doubt" not in get(f"{base}/session?id=journal").text
+
+
+# --- Approvals ----------------------------------------------------------------------------------
+
+
+def test_a_waiting_session_shows_its_calls_and_the_decisions_go_through_the_store(
+    base: str, store: sqlite.SQLiteStore
+) -> None:
+    wait = Waiting(store, "tidy", first=f"a{EVIL}.txt")
+    page = get(f"{base}/session?id=tidy").text
+    panel = page.split('<div id="approvals">')[1].split('<section class="panel"><h2>Steer')[0]
+    assert panel.count('<button type="submit" name="do" value="approve">') == 2
+    assert panel.count('<button type="submit" name="do" value="reject" class="danger">') == 2
+    assert EVIL not in page and "a&lt;script&gt;" in panel  # the model's input is text, in a form too
+    assert '<dt>approvals</dt><dd><span class="pending-approvals">2 pending</span></dd>' in page
+    token = csrf(page)
+    seen = json.dumps({"path": f"a{EVIL}.txt"})
+    approved = post(base, "approve", "tidy", token, call="c1", seen=seen, by="ann")
+    assert approved.status_code == 303 and approved.headers["Location"] == "/session?id=tidy&notice=approved"
+    assert store.info("tidy").pending_approvals == 1
+    again = post(base, "approve", "tidy", token, call="c1", seen=seen, by="ann")  # a resent form: no change
+    assert again.status_code == 303
+    rejected = post(base, "reject", "tidy", token, call="c2", reason="keep <b>", by="bob")
+    assert rejected.status_code == 303 and "notice=rejected" in rejected.headers["Location"]
+    calls = {call.call_id: call for call in store.approvals("tidy")}
+    assert (calls["c1"].decision, calls["c1"].by) == ("approved", "ann")
+    assert (calls["c2"].decision, calls["c2"].reason, calls["c2"].by) == ("rejected", "keep <b>", "bob")
+    shown = get(f"{base}/session?id=tidy&notice=rejected").text
+    assert "the model reads the reason" in shown and 'value="approve"' not in shown  # nothing left to decide
+    assert "approved by ann" in shown and "rejected by bob" in shown and "keep &lt;b&gt;" in shown
+    read = wait.resume()
+    assert wait.ran == [f"a{EVIL}.txt"]
+    answered = {c.tool_use_id: c for c in read[0].messages[-1].content}
+    assert answered["c2"].is_error and "keep <b>" in answered["c2"].text
+    assert 'value="approve"' not in get(f"{base}/session?id=tidy").text  # the wait is over: no panel
+
+
+def test_the_poll_sends_the_approvals_panel_when_the_wait_changed(base: str, store: sqlite.SQLiteStore) -> None:
+    Waiting(store, "tidy")
+    first = get(f"{base}/session/poll?id=tidy&from=0&v=x&a=").json()
+    assert first["state"] == "waiting" and first["approvals"] and first["approvals_html"].count('value="reject"') == 2
+    mark = first["approvals"]
+    assert "approvals_html" not in get(f"{base}/session/poll?id=tidy&from=0&v=x&a={quote(mark)}").json()
+    store.decide("tidy", {"c2": agent.Decision.reject(reason="no", by="elsewhere")})
+    changed = get(f"{base}/session/poll?id=tidy&from=0&v=x&a={quote(mark)}").json()
+    assert changed["approvals"] != mark and changed["approvals_html"].count('value="reject"') == 1
+    store.save("plain", [Message.user("a")])
+    assert get(f"{base}/session/poll?id=plain&from=0&v=x&a=").json()["approvals"] == ""
+
+
+def test_a_call_decided_elsewhere_meanwhile_is_a_conflict_page_showing_the_wait(
+    base: str, store: sqlite.SQLiteStore
+) -> None:
+    Waiting(store, "tidy")
+    token = csrf(get(f"{base}/session?id=tidy").text)
+    store.decide("tidy", {"c1": agent.Decision.reject(reason="not that one", by="carol")})  # another process
+    late = post(base, "approve", "tidy", token, call="c1", seen='{"path": "a.txt"}', by="ann")
+    assert late.status_code == 409 and "Not recorded" in late.text and "Traceback" not in late.text
+    assert "rejected by carol" in late.text and "not that one" in late.text and "waiting" in late.text
+    assert "c1" in late.text and 'href="/session?id=tidy"' in late.text  # the way back to the page
+    assert store.approvals("tidy")[0].decision == "rejected"
+    changed = post(base, "reject", "tidy", token, call="c2", seen='{"path": "elsewhere"}')
+    assert changed.status_code == 409 and "another input than the page showed" in changed.text
+    unknown = post(base, "approve", "tidy", token, call="c9")
+    assert unknown.status_code == 409 and "Not recorded" in unknown.text
+    assert store.info("tidy").pending_approvals == 1  # c2: none of the refused forms decided it
+    refused = requests.post(
+        f"{base}/approve", data={"id": "tidy", "call": "c2"}, headers=AUTH, allow_redirects=False, timeout=10
+    )
+    assert refused.status_code == 403 and store.info("tidy").pending_approvals == 1
+    store.save("plain", [Message.user("a")])
+    idle = post(base, "approve", "plain", token, call="c1")
+    assert idle.status_code == 409 and "idle" in idle.text
+
+
+def test_the_list_filters_waiting_sessions_and_shows_their_pending_approvals(
+    base: str, store: sqlite.SQLiteStore
+) -> None:
+    Waiting(store, "tidy")
+    store.save("plain", [Message.user("a")])
+    listed = get(f"{base}/?state=waiting").text
+    assert "tidy" in listed and "plain" not in listed
+    assert '<span class="pending-approvals">2 pending</span>' in listed
+    assert 'waiting <span class="count">1</span>' in listed
+    store.decide("tidy", {"c1": agent.Decision.approve()})
+    assert '<span class="pending-approvals">1 pending</span>' in get(f"{base}/").text
+
+
+def test_cancel_on_a_waiting_session_ends_the_wait(base: str, store: sqlite.SQLiteStore) -> None:
+    wait = Waiting(store, "tidy")
+    page = get(f"{base}/session?id=tidy").text
+    assert '<button type="submit" name="do" value="end-wait" class="danger">' in page
+    ended = post(base, "cancel", "tidy", csrf(page))
+    assert ended.status_code == 303 and "notice=wait-ended" in ended.headers["Location"]
+    assert "The wait ended" in get(base + ended.headers["Location"]).text
+    assert store.info("tidy").state is agent.RunState.CANCELLED and wait.ran == []
+    answered = [c for c in store.messages("tidy")[-1].content if c.type is ContentType.TOOL_RESULT]
+    assert [(c.tool_use_id, c.is_error) for c in answered] == [("c1", True), ("c2", True)]
+    assert "notice=no-run" in post(base, "cancel", "tidy", csrf(page)).headers["Location"]  # nothing left to end

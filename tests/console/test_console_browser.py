@@ -14,6 +14,8 @@ skip_without("selenium", "waitress")  # before the imports that need them
 
 import os
 import shutil
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,7 +34,7 @@ from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.messages import Message
 from agentsessions.runs import RunState
 from agentsessions.stores import sqlite
-from tests.support.console_server import TOKEN, served, sqlite_store
+from tests.support.console_server import TOKEN, Waiting, served, sqlite_store
 from tests.support.scripts import call, double
 from tests.support.waiting import wait_for
 
@@ -266,3 +268,110 @@ def test_a_fork_count_someone_chose_is_kept_while_the_transcript_grows(
     store.save("growing", [Message.user("one"), Message.assistant("two"), Message.user("three")])
     wait(browser).until(lambda _: browser.find_element(By.ID, "fork-at").get_attribute("max") == "3")
     assert browser.find_element(By.ID, "fork-at").get_attribute("value") == "1"
+
+
+def approval_form(browser: WebDriver, call_id: str, action: str) -> Any:
+    """The Approve or Reject form (``action``) of the waiting call ``call_id`` on the page."""
+    return browser.find_element(
+        By.CSS_SELECTOR, f'#approvals .approval[data-call="{call_id}"] form[action$="/{action}"]'
+    )
+
+
+def test_a_wait_is_decided_in_the_page_and_the_resumed_run_follows_the_decisions(
+    browser: WebDriver, base: str, store: sqlite.SQLiteStore
+) -> None:
+    gate = threading.Event()
+    asked = Message(
+        agent.Role.ASSISTANT,
+        [
+            agent.Content.tool_use("c1", "delete", '{"path": "a.txt"}'),
+            agent.Content.tool_use("c2", "delete", '{"path": "b.txt"}'),
+        ],
+    )
+    ran: list[str] = []
+
+    @agent.tool(needs_approval=True)
+    def delete(path: str) -> str:
+        """Delete a file."""
+        ran.append(path)
+        return f"deleted {path}"
+
+    spec = agent.Spec(session=agent.open("tidy", store), tools=[delete], lease=5)
+    run = agent.Runner(replica="replica-a").start(
+        spec, [Message.user("tidy up")], ScriptedEndpoint([gated(asked, gate)])
+    )
+    try:
+        wait_for("the run to hold the session", lambda: store.info("tidy").state is RunState.RUNNING)
+        browser.get(f"{base}/session?id=tidy&token={TOKEN}")
+        wait(browser).until(lambda _: "replica-a" in browser.find_element(By.ID, "status").text)
+        assert browser.find_elements(By.CSS_SELECTOR, "#approvals .approval") == []
+        browser.execute_script("window.notReloaded = true")
+        gate.set()  # the model calls delete twice: the run stops waiting, and the panel appears
+        wait(browser).until(lambda _: len(browser.find_elements(By.CSS_SELECTOR, "#approvals .approval")) == 2)
+        assert browser.execute_script("return window.notReloaded === true") is True
+        assert "waiting" in browser.find_element(By.ID, "status").text
+    finally:
+        gate.set()
+        stopped = run.wait(30)
+    assert stopped.stop_reason == agent.StopReason.APPROVAL_REQUIRED
+    shown = approval_form(browser, "c1", "approve").find_element(By.NAME, "input").get_attribute("value")
+    assert shown == '{"path": "a.txt"}'
+
+    by = approval_form(browser, "c1", "approve").find_element(By.NAME, "by")
+    by.clear()
+    by.send_keys("ann")
+    approval_form(browser, "c1", "approve").find_element(By.CSS_SELECTOR, 'button[value="approve"]').click()
+    wait(browser).until(lambda _: "Approved" in browser.find_element(By.CLASS_NAME, "notice").text)
+    assert "approved by ann" in browser.find_element(By.CSS_SELECTOR, '.approval[data-call="c1"]').text
+    reject = approval_form(browser, "c2", "reject")
+    reject.find_element(By.NAME, "reason").send_keys("keep b.txt, it is the backup")
+    reject.find_element(By.CSS_SELECTOR, 'button[value="reject"]').click()
+    wait(browser).until(lambda _: "Rejected" in browser.find_element(By.CLASS_NAME, "notice").text)
+    assert browser.find_elements(By.CSS_SELECTOR, "#approvals .approval form") == []  # nothing left to decide
+    assert "keep b.txt, it is the backup" in browser.find_element(By.CSS_SELECTOR, '.approval[data-call="c2"]').text
+
+    calls = {call.call_id: call for call in store.approvals("tidy")}
+    assert (calls["c1"].decision, calls["c1"].by) == ("approved", "ann")
+    assert (calls["c2"].decision, calls["c2"].reason, calls["c2"].by) == (
+        "rejected",
+        "keep b.txt, it is the backup",
+        "console",
+    )
+    read: list[agent.ModelRequest] = []
+
+    def answer(request: agent.ModelRequest) -> Message:
+        read.append(request)
+        return Message.assistant("done")
+
+    resumed = agent.Runner().run(spec, agent.Resume(), ScriptedEndpoint([answer]))
+    assert resumed.stop_reason == "end_turn" and ran == ["a.txt"]
+    results = {c.tool_use_id: c for c in read[0].messages[-1].content}
+    assert results["c1"].text == "deleted a.txt" and not results["c1"].is_error
+    assert results["c2"].is_error and "keep b.txt, it is the backup" in results["c2"].text
+    wait(browser).until(lambda _: "finished" in browser.find_element(By.ID, "status").text)
+    assert browser.find_elements(By.CSS_SELECTOR, "#approvals .approval") == []  # the wait is over
+
+
+def test_a_call_decided_in_another_process_while_the_page_is_open_is_a_conflict_in_the_page(
+    browser: WebDriver, base: str, store: sqlite.SQLiteStore, tmp_path: Path
+) -> None:
+    Waiting(store, "tidy")
+    browser.get(f"{base}/session?id=tidy&token={TOKEN}")
+    wait(browser).until(lambda _: len(browser.find_elements(By.CSS_SELECTOR, "#approvals .approval")) == 2)
+    by = approval_form(browser, "c1", "approve").find_element(By.NAME, "by")
+    by.clear()
+    by.send_keys("ann")  # someone is filling in the form: the page keeps it while the wait changes
+    command = [sys.executable, "-m", "agentsessions", "reject", "tidy", "c1", "--reason", "not now", "--by", "carol"]
+    command += ["--store", f"sqlite:///{tmp_path / 'console.db'}"]
+    subprocess.run(command, check=True, capture_output=True, timeout=60)
+    wait(browser).until(lambda _: "changed elsewhere" in browser.find_element(By.ID, "approvals").text)
+    approval_form(browser, "c1", "approve").find_element(By.CSS_SELECTOR, 'button[value="approve"]').click()
+    wait(browser).until(lambda _: "Not recorded" in browser.find_element(By.CLASS_NAME, "problem").text)
+    page = browser.find_element(By.TAG_NAME, "main").text
+    assert "rejected by carol" in page and "not now" in page and "Traceback" not in page
+    assert [(c.call_id, c.decision, c.by) for c in store.approvals("tidy")] == [
+        ("c1", "rejected", "carol"),
+        ("c2", None, ""),
+    ]
+    browser.find_element(By.LINK_TEXT, "back").click()  # the page again, as the wait stands
+    wait(browser).until(lambda _: len(browser.find_elements(By.CSS_SELECTOR, "#approvals .approval form")) == 2)  # c2's

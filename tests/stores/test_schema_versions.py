@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 import agentsessions as agent
+from agentsessions.stores import sqlite
 from agentsessions.stores.kit import schema
 from tests.support.backends import Opener, store_params
 from tests.support.previous_release import run_previous, snapshot
@@ -25,7 +26,7 @@ from tests.support.schema_v1 import record_version, scratch_at, versions
 VERSIONED = ("sqlite", "postgres", "mysql", "mongodb", "redis")
 """The persistent stores that record a schema version, as tests.support.backends names them."""
 
-WANTED = 4
+WANTED = sqlite.SCHEMA_VERSION  # every persistent store is at the same version (checked below)
 MIGRATED = list(range(2, WANTED + 1))
 """The versions a version-1 database is taken through, one step each."""
 

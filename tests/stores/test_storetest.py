@@ -22,7 +22,16 @@ import pytest
 
 from agentsessions.errors import ConflictError, SessionBusyError
 from agentsessions.messages import ContentType, Message, check_transcript
-from agentsessions.runs import Claim, Progress, RunState, SessionInfo, check_updated_before, state_filter, utcnow
+from agentsessions.runs import (
+    Claim,
+    Progress,
+    RunState,
+    SessionInfo,
+    Steer,
+    check_updated_before,
+    state_filter,
+    utcnow,
+)
 from agentsessions.session import RunStore, Store, check_fork_at, check_session_id, check_steer
 from agentsessions.stores.memory import MemoryStore
 from agentsessions.testing import storetest
@@ -380,9 +389,9 @@ class TookOverWhatWasHeldBefore(MemoryStore):
 class IgnoresSteerKeys(MemoryStore):
     """Takes a key and stores every keyed steer all the same: a retry is a second steer."""
 
-    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None, if_busy: str = "steer") -> RunState:
         """Add the steer, whatever the key."""
-        return super().add_steer(session_id, text)
+        return super().add_steer(session_id, text, if_busy=if_busy)
 
 
 class ForgetsKeysWhenTaken(MemoryStore):
@@ -404,10 +413,10 @@ class ChecksKeysApart(MemoryStore):
         super().__init__()
         self.kept: dict[tuple[str, str], str] = {}
 
-    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None, if_busy: str = "steer") -> RunState:
         """Look the key up, give other threads the moment between, then add."""
         if key is None:
-            return super().add_steer(session_id, text)
+            return super().add_steer(session_id, text, if_busy=if_busy)
         kept = self.kept.get((session_id, key))
         if kept is not None:
             if kept != text:
@@ -415,7 +424,7 @@ class ChecksKeysApart(MemoryStore):
             return self.info(session_id).state
         time.sleep(0.01)  # the gap between two steps, widened so that every racing thread falls into it
         self.kept[(session_id, key)] = text
-        return super().add_steer(session_id, text)
+        return super().add_steer(session_id, text, if_busy=if_busy)
 
 
 class KeepsKeysAfterDelete(MemoryStore):
@@ -425,17 +434,17 @@ class KeepsKeysAfterDelete(MemoryStore):
         super().__init__()
         self.kept: dict[tuple[str, str], bytes] = {}
 
-    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None, if_busy: str = "steer") -> RunState:
         """Keep keys outside the session's entry."""
         if key is None:
-            return super().add_steer(session_id, text)
+            return super().add_steer(session_id, text, if_busy=if_busy)
         digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
         if (session_id, key) in self.kept:
             if self.kept[(session_id, key)] != digest:
                 raise ConflictError("another text")
             return self.info(session_id).state
         self.kept[(session_id, key)] = digest
-        return super().add_steer(session_id, text, key=key)
+        return super().add_steer(session_id, text, key=key, if_busy=if_busy)
 
 
 class MergesMetadata(MemoryStore):
@@ -462,6 +471,54 @@ class MatchesMetadataByPrefix(MemoryStore):
         return (
             info for info in everything if all(info.metadata.get(k, "\x00").startswith(v) for k, v in asked.items())
         )
+
+
+class QueuesForTheLiveRun(MemoryStore):
+    """Stores a queued or interrupting text as a plain steer: the live run takes what was meant for the next."""
+
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None, if_busy: str = "steer") -> RunState:
+        """Only "reject" keeps its meaning."""
+        return super().add_steer(session_id, text, key=key, if_busy="reject" if if_busy == "reject" else "steer")
+
+
+class RejectsAfterStoring(MemoryStore):
+    """Refuses a text while a run is live, but only after storing it."""
+
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None, if_busy: str = "steer") -> RunState:
+        """Store, then refuse."""
+        state = super().add_steer(session_id, text, key=key, if_busy="steer" if if_busy == "reject" else if_busy)
+        if if_busy == "reject" and state is RunState.RUNNING:
+            raise SessionBusyError("busy")
+        return state
+
+
+class InterruptsNothing(MemoryStore):
+    """Queues an interrupting text, and never asks the live run to stop."""
+
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None, if_busy: str = "steer") -> RunState:
+        """ "interrupt" as "queue"."""
+        return super().add_steer(session_id, text, key=key, if_busy="queue" if if_busy == "interrupt" else if_busy)
+
+
+class DecidesBusyApart(MemoryStore):
+    """Reads the session's state, then adds the steer in a second step: a release can fall in between."""
+
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None, if_busy: str = "steer") -> RunState:
+        """Decide on what was read, after a gap widened so that racing releases fall into it."""
+        if if_busy == "steer" or key is not None:
+            return super().add_steer(session_id, text, key=key, if_busy=if_busy)
+        state, token = self.info(check_session_id(session_id)).state, self._entry(session_id).token
+        if if_busy == "reject" and state is RunState.RUNNING:
+            raise SessionBusyError("busy")
+        time.sleep(0.01)
+        entry = self._locked(session_id)
+        try:
+            after = token if state is RunState.RUNNING and if_busy in ("queue", "interrupt") else 0
+            entry.steers.append(Steer(next(self._seqs), check_steer(text), after))
+            entry.cancel_requested = entry.cancel_requested or (after > 0 and if_busy == "interrupt")
+            return state
+        finally:
+            entry.lock.release()
 
 
 class KeylessRunStore(MemoryStore):
@@ -613,6 +670,10 @@ BROKEN_RUNS = [
     pytest.param(storetest.KEYS, ForgetsKeysWhenTaken, id="forgets-keys-when-taken"),
     pytest.param(storetest.KEYS, ChecksKeysApart, id="checks-keys-apart"),
     pytest.param(storetest.KEYS, KeepsKeysAfterDelete, id="keeps-keys-after-delete"),
+    pytest.param(storetest.BUSY, QueuesForTheLiveRun, id="queues-for-the-live-run"),
+    pytest.param(storetest.BUSY, RejectsAfterStoring, id="rejects-after-storing"),
+    pytest.param(storetest.BUSY, InterruptsNothing, id="interrupts-nothing"),
+    pytest.param(storetest.BUSY, DecidesBusyApart, id="decides-busy-apart"),
     pytest.param(storetest.METADATA, MergesMetadata, id="merges-metadata"),
     pytest.param(storetest.METADATA, MatchesMetadataByPrefix, id="matches-metadata-by-prefix"),
 ]

@@ -6,13 +6,15 @@ import datetime
 import threading
 from collections.abc import Callable, Mapping, Sequence
 
+import attrs
 import pytest
 
 from agentsessions.approvals import Approval, Decision, decided
 from agentsessions.runs import Claim, RunState
+from agentsessions.stores.kit.approvals import Rewrite
 from agentsessions.stores.memory import MemoryStore
 from agentsessions.testing import storetest
-from agentsessions.testing._storetest_approvals import DECIDE, RACE, WAIT
+from agentsessions.testing._storetest_approvals import DECIDE, EDIT, RACE, WAIT
 
 pytestmark = pytest.mark.slow  # conformance properties
 
@@ -33,7 +35,7 @@ class ClaimsWhileUndecided(MemoryStore):
 class DecidesOverDecisions(MemoryStore):
     """Records any decision, replacing the one before: a yes becomes a no."""
 
-    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
+    def decide(self, session_id: str, decisions: Mapping[str, Decision], *, rewrite: Rewrite | None = None) -> RunState:
         entry = self._sessions[session_id]
         now = datetime.datetime.now(datetime.UTC)
         undecided = [Approval(a.call_id, a.tool, a.input, a.requested_at) for a in entry.approvals]
@@ -47,7 +49,7 @@ class DecidesOverDecisions(MemoryStore):
 class ReadsThenWrites(MemoryStore):
     """Decides from a read, then writes without checking that nothing changed in between."""
 
-    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
+    def decide(self, session_id: str, decisions: Mapping[str, Decision], *, rewrite: Rewrite | None = None) -> RunState:
         entry = self._sessions[session_id]
         seen: Sequence[Approval] = entry.approvals
         waiting = entry.run_state is RunState.WAITING
@@ -58,9 +60,28 @@ class ReadsThenWrites(MemoryStore):
         return RunState.WAITING
 
 
+class LeavesTheTranscript(MemoryStore):
+    """Records an edited input in the approval but leaves the transcript's call as the model wrote it."""
+
+    def decide(self, session_id: str, decisions: Mapping[str, Decision], *, rewrite: Rewrite | None = None) -> RunState:
+        return super().decide(session_id, decisions, rewrite=lambda position, message, inputs: message)
+
+
+class DropsTheModelsInput(MemoryStore):
+    """Rewrites the call but forgets what the model asked for."""
+
+    def decide(self, session_id: str, decisions: Mapping[str, Decision], *, rewrite: Rewrite | None = None) -> RunState:
+        state = super().decide(session_id, decisions, rewrite=rewrite)
+        entry = self._sessions[session_id]
+        entry.approvals = tuple(attrs.evolve(a, original_input=None) for a in entry.approvals)
+        return state
+
+
 @pytest.mark.parametrize(
     ("prop", "factory"),
     [
+        pytest.param(EDIT, LeavesTheTranscript, id="leaves-the-transcript"),
+        pytest.param(EDIT, DropsTheModelsInput, id="drops-the-models-input"),
         pytest.param(WAIT, ClaimsWhileUndecided, id="claims-while-undecided"),
         pytest.param(DECIDE, DecidesOverDecisions, id="decides-twice"),
         pytest.param(RACE, ReadsThenWrites, id="reads-then-writes"),

@@ -34,7 +34,9 @@
 // The session page follows the session without a reload: every second this asks the console
 // what changed and puts in the messages it sends (HTML the server built and escaped), and
 // keeps the actions true to the session: Cancel only while a run holds it, the fork's count
-// at the whole transcript (unless someone chose another), the tool a run is running named.
+// at the whole transcript (unless someone chose another), the tool a run is running named,
+// and the approvals panel as the wait stands (unless someone is filling in one of its forms:
+// then a note says the wait changed, and the console refuses a decision it can no longer take).
 (function () {
   const transcript = document.getElementById("transcript");
   const status = document.getElementById("status");
@@ -43,6 +45,13 @@
   }
   const cancel = document.getElementById("cancel");
   const forkAt = document.getElementById("fork-at");
+  const approvals = document.getElementById("approvals");
+  let edited = false;
+  if (approvals) {
+    approvals.addEventListener("input", () => {
+      edited = true;
+    });
+  }
   let length = Number(transcript.dataset.length);
   let version = transcript.dataset.version;
 
@@ -69,8 +78,31 @@
     }
   }
 
+  function mark() {
+    const panel = approvals ? approvals.querySelector("[data-mark]") : null;
+    return panel ? panel.dataset.mark : "";
+  }
+
+  function showApprovals(html) {
+    if (!approvals || html === undefined) {
+      return;
+    }
+    if (edited && html !== "") {
+      if (!approvals.querySelector(".changed")) {
+        approvals.insertAdjacentHTML(
+          "afterbegin",
+          '<p class="problem changed">These calls changed elsewhere meanwhile: reload to see them.</p>',
+        );
+      }
+      return;
+    }
+    approvals.innerHTML = html;
+    edited = false;
+  }
+
   function apply(answer) {
     status.innerHTML = answer.status;
+    showApprovals(answer.approvals_html);
     transcript.dataset.state = answer.state;
     if (cancel) {
       cancel.hidden = answer.state !== "running";
@@ -98,7 +130,7 @@
   async function poll() {
     let again = true;
     try {
-      const query = "&from=" + length + "&v=" + encodeURIComponent(version);
+      const query = "&from=" + length + "&v=" + encodeURIComponent(version) + "&a=" + encodeURIComponent(mark());
       const response = await fetch(transcript.dataset.poll + query, {
         credentials: "same-origin",
         headers: { Accept: "application/json" },

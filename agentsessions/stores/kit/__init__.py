@@ -21,6 +21,9 @@ Each module is one concern the stores would otherwise each write again:
   naming the argument).
 - :mod:`agentsessions.stores.kit.steerkeys`: idempotent steers (``digest`` of a steer's
   text, kept beside its key; ``conflict``, the error for a key reused with another text).
+- :mod:`agentsessions.stores.kit.busy`: ``add_steer(..., if_busy=...)``, what a steer does
+  when a live run holds its session (``after_token``, ``interrupts``), decided in the step
+  that adds it.
 
 The record itself, its states and the checks of single values (ids, steers, leases, ends)
 are in :mod:`agentsessions.runs` and :mod:`agentsessions.session`; the encoding of

@@ -85,7 +85,8 @@ from agentsessions.runs import (
     utcnow,
 )
 from agentsessions.session import check_fork_at, check_session_id
-from agentsessions.stores.kit import arguments, steerkeys
+from agentsessions.stores.kit import arguments, steerkeys, values
+from agentsessions.stores.kit import busy as policies
 from agentsessions.stores.kit.failures import could_not, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
@@ -217,7 +218,7 @@ _INFO_FIELDS = dict.fromkeys(
 )  # steers.seq: their count without their text
 _BODY_FIELDS = {"_id": 0, "position": 1, "chunk": 1, "chunks": 1, "body": 1}
 _ORDER = [("updated_at", -1), ("sort", -1)]
-_KEPT_FIELDS = {"steer_bytes": 1, "steer_keys": 1, "run_state": 1, "lease_expires_at": 1}
+_KEPT_FIELDS = {"steer_bytes": 1, "steer_keys": 1, "run_state": 1, "lease_expires_at": 1, "holder": 1}
 _FOREVER = 2**63 - 1  # `updated_at < this` holds for every saved session and no other
 
 
@@ -289,17 +290,18 @@ class MongoStore:
                     return loaded
         raise self._gave_up("read the transcript", session_id, "saves kept changing it while it was read")
 
-    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None, if_busy: str = "steer") -> RunState:
         """Leave a steer for the session's run; returns the session's state as it was stored.
 
         A ``key`` the session holds stores nothing: the state for the same text, a
         :class:`ConflictError` for another. Keys live in the session's document with the
         steers (one update checks the key and adds both). Raises :class:`StoreError`,
         storing nothing, when the steers waiting and the keys kept would pass 15 MiB: the
-        document is limited to 16 MB.
+        document is limited to 16 MB. ``if_busy`` decides what the steer does while a live run
+        holds the session (:mod:`agentsessions.stores.kit.busy`), in the same update.
         """
         session_id, text, steer_key = arguments.add_steer(session_id, text, key)
-        data = encode_text(text)
+        if_busy, data = policies.check(if_busy), encode_text(text)
         kept = None if steer_key is None else kept_key(steer_key, steerkeys.digest(text))
         size = len(data) + STEER_OVERHEAD + (key_size(kept) if kept is not None else 0)
         if size > STEER_ROOM:
@@ -307,14 +309,20 @@ class MongoStore:
         stored = _layout.key(session_id)  # the parameter hides the layout's key()
         with self._errors("add a steer", session_id):
             for _ in attempts(self._timeout):
-                state = self._push_steer(session_id, stored, Binary(data), size, kept)
+                now = micros(utcnow())
+                state = self._push_steer(session_id, stored, Binary(data), size, kept, if_busy, now)
                 if state is not None:
                     return state
-                doc = self._sessions.find_one({"_id": stored}, _KEPT_FIELDS if kept else {"steer_bytes": 1})
+                doc = self._sessions.find_one({"_id": stored}, _KEPT_FIELDS)
+                expires = moment(doc.get("lease_expires_at")) if doc else None
+                state = derive_state(doc.get("run_state"), expires, values.moment(now)) if doc else None
                 if kept is not None and steer_key is not None and doc is not None:
                     digest = kept_digest(doc, kept)
                     if digest is not None and not steerkeys.fresh(digest, text, session_id, steer_key):
                         return derive_state(doc.get("run_state"), moment(doc.get("lease_expires_at")), utcnow())
+                if doc is not None and if_busy == "reject" and state is RunState.RUNNING:
+                    holder = text_of(doc["holder"]) if doc.get("holder") else None
+                    raise busy(session_id, holder, expires)  # the update matched no document a live run holds
                 if doc is not None and doc.get("steer_bytes", 0) + size > STEER_ROOM:
                     raise too_many_steers(self.database.name, session_id, size, doc["steer_bytes"])
         raise self._gave_up("add a steer", session_id, "its document kept being created and deleted")
@@ -630,18 +638,31 @@ class MongoStore:
     # --- Steers and tokens -----------------------------------------------------------------
 
     def _push_steer(
-        self, session_id: str, stored: object, text: Binary, size: int, kept: Mapping[str, Binary] | None
+        self,
+        session_id: str,
+        stored: object,
+        text: Binary,
+        size: int,
+        kept: Mapping[str, Binary] | None,
+        if_busy: str,
+        now: int,
     ) -> RunState | None:
-        """Append a steer with the next seq if there is room (and its key is new); the state then, or ``None``."""
-        pipeline = steer_pipeline(session_id, text, size, kept)  # the filter leaves room under the 16 MB limit
+        """Append a steer with the next seq if there is room (and its key is new); the state then, or ``None``.
+
+        ``if_busy`` is decided at ``now`` by the same update: ``"reject"`` matches no
+        document a live run holds; ``"queue"`` and ``"interrupt"`` mark the steer for a later claim.
+        """
+        pipeline = steer_pipeline(session_id, text, size, kept, if_busy, now)  # the filter leaves room under 16 MB
         room: dict[str, Any] = {"_id": stored, "steer_bytes": {"$not": {"$gt": STEER_ROOM - size}}}
         if kept is not None:
             room["steer_keys.k"] = {"$ne": kept["k"]}  # the key's check and the steer's adding: one update
+        if if_busy == "reject":
+            room["$or"] = [{"run_state": {"$ne": RUNNING}}, {"lease_expires_at": {"$not": {"$gt": now}}}]
         doc = self._sessions.find_one_and_update(
             room, pipeline, projection={"run_state": 1, "lease_expires_at": 1}, return_document=ReturnDocument.AFTER
         )
         if doc is not None:
-            return derive_state(doc.get("run_state"), moment(doc.get("lease_expires_at")), utcnow())
+            return derive_state(doc.get("run_state"), moment(doc.get("lease_expires_at")), values.moment(now))
         # No such document (or no room): create it with the steer. Every document has a
         # sort key, so this filter matches none, and the upsert inserts or collides. Not
         # one upserting find_one_and_update: SecantusDB can apply that to a document made

@@ -270,18 +270,31 @@ class RunStep:
         if end is not None and release:
             released = {"run_state": end.value, "cancel_requested": False}
             return cls(claim.lease, condition, operators, released, Progress())
-        pending = tuple(Steer(s["seq"], decode_text(s["text"])) for s in waiting) if end is not None else ()
+        pending = tuple(_steer(s) for s in waiting) if end is not None else ()
         return cls(claim.lease, condition, operators, {}, Progress(cancel, pending))
 
 
-def steer_pipeline(session_id: str, text: Binary, size: int, kept: Mapping[str, Binary] | None = None) -> list[Any]:
+def steer_pipeline(
+    session_id: str,
+    text: Binary,
+    size: int,
+    kept: Mapping[str, Binary] | None = None,
+    if_busy: str = "steer",
+    now: int = 0,
+) -> list[Any]:
     """The update that appends a steer of ``size`` bytes to a session document, numbering it.
 
     A pipeline, so the steer carries the seq this same update counts to; it also gives a
     document it creates its sort key. ``kept`` is a keyed steer's :func:`kept_key` entry,
     appended to ``steer_keys`` in the same update (its filter makes sure the key is new).
+    With ``if_busy`` ``"queue"`` or ``"interrupt"``, the steer carries ``after``: the
+    document's token if a run holds it with its lease live at ``now`` (microseconds), else 0,
+    decided by the same update; ``"interrupt"`` then also sets ``cancel_requested``.
     """
-    steer = {"seq": "$steer_seq", "text": {"$literal": text}}
+    steer: dict[str, Any] = {"seq": "$steer_seq", "text": {"$literal": text}}
+    live = {"$and": [{"$eq": ["$run_state", RUNNING]}, {"$gt": ["$lease_expires_at", now]}]}
+    if if_busy in ("queue", "interrupt"):
+        steer["after"] = {"$cond": [live, "$token", 0]}
     fields: dict[str, Any] = {
         "steers": {"$concatArrays": [{"$ifNull": ["$steers", []]}, [steer]]},
         "steer_bytes": {"$add": [{"$ifNull": ["$steer_bytes", 0]}, size]},
@@ -289,6 +302,8 @@ def steer_pipeline(session_id: str, text: Binary, size: int, kept: Mapping[str, 
     }
     if kept is not None:
         fields["steer_keys"] = {"$concatArrays": [{"$ifNull": ["$steer_keys", []]}, [{"$literal": dict(kept)}]]}
+    if if_busy == "interrupt":
+        fields["cancel_requested"] = {"$cond": [live, True, {"$ifNull": ["$cancel_requested", False]}]}
     return [{"$set": {"steer_seq": {"$add": [{"$ifNull": ["$steer_seq", 0]}, 1]}}}, {"$set": fields}]
 
 
@@ -332,7 +347,12 @@ def renewals(claims: Sequence[Claim], now: int) -> list[UpdateOne]:
 def steers_of(doc: Mapping[str, Any] | None) -> list[Steer]:
     """The steers a session document holds, oldest first."""
     steers = doc.get("steers", ()) if doc is not None else ()
-    return sorted((Steer(int(s["seq"]), decode_text(s["text"])) for s in steers), key=lambda s: s.seq)
+    return sorted((_steer(s) for s in steers), key=lambda s: s.seq)
+
+
+def _steer(stored: Mapping[str, Any]) -> Steer:
+    """A steer as the document keeps it; ``after`` only when it was queued for a later claim."""
+    return Steer(int(stored["seq"]), decode_text(stored["text"]), int(stored.get("after", 0)))
 
 
 def holds(doc: Mapping[str, Any] | None, claim: Claim) -> bool:

@@ -45,9 +45,9 @@ __all__ = [
     "record_new",
 ]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The version of the indexes and document layout this release writes and needs (2: steer keys; 3: approvals;
-4: session metadata)."""
+4: session metadata; 5: steers queued for the next run)."""
 
 LOCK_LEASE = 10.0
 """Seconds a migration's lock document lasts unless renewed (a third of it apart while held)."""
@@ -76,6 +76,7 @@ MIGRATIONS: dict[int, list[dict[str, Any]]] = {
             ],
         }
     ],
+    4: [],
 }
 """From a version to the commands (``db.runCommand`` documents) that bring it to the next, before the one
 recording the version, each idempotent (creating an index that exists alike does nothing); never run by
@@ -85,6 +86,7 @@ _SUMMARIES = {
     1: "steer keys (field steer_keys of the session document, no index): records version 2",
     2: "approvals (fields of the session document, no index): records version 3",
     3: "session metadata (index agentsessions_sessions_metadata)",
+    4: "steers queued for the next run (field after of a steer in the session document, no index): records version 5",
 }
 _CREATE = "create the indexes (agentsessions.stores.mongodb.INDEXES) and record this version"
 

@@ -45,7 +45,7 @@ except ImportError as error:  # pragma: no cover - depends on what is installed
 
 from agentsessions import runs
 from agentsessions.approvals import Approval, Decision, pending_error
-from agentsessions.codec import decode_text, encode_text
+from agentsessions.codec import decode_text, dump_message, encode_text, load_message
 from agentsessions.errors import ConflictError, SchemaMissingError, StoreError
 from agentsessions.messages import Message
 from agentsessions.metadata import check_metadata, load_metadata, metadata_filter
@@ -53,6 +53,7 @@ from agentsessions.runs import UTC, Claim, Progress, Renewal, RunState, SessionI
 from agentsessions.session import check_fork_at, check_session_id
 from agentsessions.stores.kit import approvals as kit_approvals
 from agentsessions.stores.kit import arguments, steerkeys, values
+from agentsessions.stores.kit import busy as policies
 from agentsessions.stores.kit.approvals import check_wait, decode, encode, pending_count
 from agentsessions.stores.kit.failures import could_not, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
@@ -107,6 +108,7 @@ SCHEMA = [
     session_id  VARBINARY(1020) NOT NULL,
     seq         BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
     text        LONGBLOB        NOT NULL,
+    after_token BIGINT UNSIGNED NOT NULL DEFAULT 0,
     PRIMARY KEY (session_id, seq),
     KEY agentsessions_steers_by_seq (seq)
 ) ENGINE = InnoDB""",
@@ -176,8 +178,9 @@ SELECT s.revision, m.body FROM agentsessions_sessions AS s
 LEFT JOIN agentsessions_messages AS m ON m.session_id = s.id
 WHERE s.id = %s ORDER BY m.position
 """
-_INSERT_STEER = "INSERT INTO agentsessions_steers (session_id, text) VALUES (%s, %s)"
-_SELECT_STEERS = "SELECT seq, text FROM agentsessions_steers WHERE session_id = %s ORDER BY seq"
+_INSERT_STEER = "INSERT INTO agentsessions_steers (session_id, text, after_token) VALUES (%s, %s, %s)"
+_INTERRUPT = "UPDATE agentsessions_sessions SET cancel_requested = TRUE WHERE id = %s"
+_SELECT_STEERS = "SELECT seq, text, after_token FROM agentsessions_steers WHERE session_id = %s ORDER BY seq"
 # Read and kept under the record's lock, so two retries of one key queue up and store one steer.
 _SELECT_KEY = "SELECT digest FROM agentsessions_steer_keys WHERE session_id = %s AND steer_key = %s"
 _INSERT_KEY = "INSERT INTO agentsessions_steer_keys (session_id, steer_key, digest) VALUES (%s, %s, %s)"
@@ -216,6 +219,13 @@ ON DUPLICATE KEY UPDATE body = VALUES(body), pending = VALUES(pending)
 """
 _SELECT_APPROVALS = "SELECT body, pending FROM agentsessions_approvals WHERE session_id = %s"
 _UPDATE_APPROVALS = "UPDATE agentsessions_approvals SET body = %s, pending = %s WHERE session_id = %s"
+# An edited input's rewrite of the wait's message: the last one, under the record's lock.
+_SELECT_LAST_MESSAGE = """
+SELECT m.position, m.body FROM agentsessions_sessions AS s
+JOIN agentsessions_messages AS m ON m.session_id = s.id AND m.position = s.length - 1 WHERE s.id = %s
+"""
+_UPDATE_MESSAGE_AT = "UPDATE agentsessions_messages SET body = %s WHERE session_id = %s AND position = %s"
+_RENEW_REVISION = "UPDATE agentsessions_sessions SET revision = %s WHERE id = %s"
 # A fork reads the source's length under a shared lock, which every writer of a transcript
 # waits for (save, save_run and delete lock the record first), so the rows it copies are the
 # ones that length counts. The copy's SELECT is a consistent read under READ COMMITTED: it
@@ -367,22 +377,29 @@ class MySQLStore:
         bodies = [body for _, body in rows if body is not None]
         return self._known.read(session_id, rows[0][0] if rows else None, bodies)
 
-    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None, if_busy: str = "steer") -> RunState:
         """Leave a steer for the session's run; returns the session's state as it was stored.
 
         The session's row stays locked from reading the state to storing the steer, so a
         run releasing the session either sees this steer or is seen released. A ``key`` the
         session holds stores nothing: the state for the same text, a
-        :class:`ConflictError` for another.
+        :class:`ConflictError` for another. ``if_busy`` decides what the steer does while a
+        live run holds the session (:mod:`agentsessions.stores.kit.busy`), under the same lock.
         """
         session_id, text, steer_key = arguments.add_steer(session_id, text, key)
-        sid, data = encode_text(session_id), encode_text(text)
+        if_busy, sid, data = policies.check(if_busy), encode_text(session_id), encode_text(text)
         with self._transaction("add a steer", session_id, payload=len(data)) as cur:
             cur.execute(_CREATE_SESSION, (sid, new_revision()))
             cur.execute(_LOCK_SESSION, (sid,))
-            state = _Record.of(cur.fetchone(), session_id).state
+            record = _Record.of(cur.fetchone(), session_id)
+            state = record.state
             if steer_key is None or _new_key(cur, sid, session_id, steer_key, text):
-                cur.execute(_INSERT_STEER, (sid, data))
+                after = policies.after_token(
+                    if_busy, state, record.token, session_id, record.holder, record.lease_expires_at
+                )
+                cur.execute(_INSERT_STEER, (sid, data, after))
+                if policies.interrupts(if_busy, after):
+                    cur.execute(_INTERRUPT, (sid,))
         return state
 
     def take_steers(self, session_id: str) -> list[str]:
@@ -530,7 +547,7 @@ class MySQLStore:
         with self._transaction("read the steers", session_id, locking=False) as cur:
             cur.execute(_SELECT_STEERS, (encode_text(session_id),))
             rows = cur.fetchall()
-        return [Steer(seq, decode_text(text)) for seq, text in rows]
+        return [Steer(seq, decode_text(text), after) for seq, text, after in rows]
 
     def save_run(
         self,
@@ -557,7 +574,7 @@ class MySQLStore:
             pending: tuple[Steer, ...] = ()
             if end is not None and call.unless_steered:
                 cur.execute(_SELECT_STEERS, (key,))
-                pending = tuple(Steer(seq, decode_text(text)) for seq, text in cur.fetchall())
+                pending = tuple(Steer(seq, decode_text(text), after) for seq, text, after in cur.fetchall())
             release = None if end is None or pending else end.value
             cur.execute(_UPDATE_RUN, (revision, len(plan.messages), release, release, key))
         self._known.remember(claim.session_id, revision, plan.messages, None if release else claim)
@@ -608,8 +625,14 @@ class MySQLStore:
             body, _ = _approvals(cur, key)
         return decode(body, session_id)
 
-    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
-        """Record ``decisions`` on the waiting calls, all or none, under the record's lock; the state after."""
+    def decide(
+        self, session_id: str, decisions: Mapping[str, Decision], *, rewrite: kit_approvals.Rewrite | None = None
+    ) -> RunState:
+        """Record ``decisions`` on the waiting calls, all or none, under the record's lock; the state after.
+
+        An edited input rewrites the wait's ``tool_use`` block (the last message) and renews
+        the session's revision in the same transaction.
+        """
         key = encode_text(check_session_id(session_id))
         with self._transaction("record the decisions", session_id) as cur:
 
@@ -625,7 +648,18 @@ class MySQLStore:
                 cur.execute(_UPDATE_APPROVALS, (new.encode("utf-8"), pending, key))
                 return True  # the record's lock held since read(): nothing came between
 
-            return kit_approvals.decide(session_id, decisions, read=read, swap=swap)
+            def edit(old: str | None, new: str, pending: int, inputs: Mapping[str, str]) -> bool:
+                swap(old, new, pending)
+                cur.execute(_SELECT_LAST_MESSAGE, (key,))
+                row = cur.fetchone()
+                if row is None:
+                    raise ConflictError(f"session {session_id!r:.80} has no transcript holding its wait")
+                message = kit_approvals.rewritten(rewrite, row[0], load_message(row[1]), inputs)
+                cur.execute(_UPDATE_MESSAGE_AT, (dump_message(message).encode(), key, row[0]))
+                cur.execute(_RENEW_REVISION, (new_revision(), key))
+                return True
+
+            return kit_approvals.decide(session_id, decisions, read=read, swap=swap, edit=edit)
 
     @contextmanager
     def _transaction(

@@ -37,8 +37,9 @@ __all__ = [
     "unlock",
 ]
 
-SCHEMA_VERSION = 4
-"""The version of the schema this release creates and needs (2: steer keys; 3: approvals; 4: session metadata)."""
+SCHEMA_VERSION = 5
+"""The version of the schema this release creates and needs (2: steer keys; 3: approvals; 4: session metadata;
+5: steers queued for the next run)."""
 
 LOCK = "agentsessions migrate "
 """The start of the ``GET_LOCK`` name every migration takes; the rest is the SHA-1 of the database's name
@@ -99,10 +100,24 @@ def _record(version: int) -> str:
     )
 
 
+# Version 5: a steer sent with if_busy="queue" or "interrupt" while a run held the session
+# carries that run's token: only a claim with a greater one takes it (0: any run). MySQL has
+# no ADD COLUMN IF NOT EXISTS (MariaDB has), so the statement is chosen by whether the column
+# is there, and run as a prepared statement: the four together are idempotent.
+_QUEUED = [
+    "SET @agentsessions_step = IF((SELECT COUNT(*) FROM information_schema.columns "
+    "WHERE table_schema = DATABASE() AND table_name = 'agentsessions_steers' AND column_name = 'after_token') = 0, "
+    "'ALTER TABLE agentsessions_steers ADD COLUMN after_token BIGINT UNSIGNED NOT NULL DEFAULT 0', 'DO 0')",
+    "PREPARE agentsessions_step FROM @agentsessions_step",
+    "EXECUTE agentsessions_step",
+    "DEALLOCATE PREPARE agentsessions_step",
+]
+
 MIGRATIONS: dict[int, list[str]] = {
     1: [VERSIONS, STEER_KEYS, _record(2)],
     2: [APPROVALS, _record(3)],
     3: [METADATA, _record(4)],
+    4: [*_QUEUED, _record(5)],
 }
 """From a version to the statements that bring it to the next, each idempotent on its own (MySQL commits
 DDL implicitly); never run by the library on its own."""
@@ -111,6 +126,7 @@ _SUMMARIES = {
     1: "steer keys (table agentsessions_steer_keys) and the schema version table",
     2: "approvals (table agentsessions_approvals)",
     3: "session metadata (table agentsessions_metadata, indexed by pair)",
+    4: "steers queued for the next run (column agentsessions_steers.after_token)",
 }
 _CREATE = "create every table (agentsessions.stores.mysql.SCHEMA)"
 _NO_TABLE = 1146  # ER_NO_SUCH_TABLE

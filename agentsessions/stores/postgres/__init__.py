@@ -64,7 +64,7 @@ except ImportError as error:  # pragma: no cover - depends on what is installed
     ) from error
 
 from agentsessions.approvals import Approval, Decision, pending_error
-from agentsessions.codec import decode_text, encode_text
+from agentsessions.codec import decode_text, dump_message, encode_text, load_message
 from agentsessions.errors import ConflictError, SchemaMissingError, StoreError
 from agentsessions.messages import Message
 from agentsessions.metadata import check_metadata, metadata_filter
@@ -86,6 +86,7 @@ from agentsessions.runs import (
 from agentsessions.session import check_fork_at, check_session_id
 from agentsessions.stores.kit import approvals as kit_approvals
 from agentsessions.stores.kit import arguments, steerkeys, values
+from agentsessions.stores.kit import busy as policies
 from agentsessions.stores.kit.approvals import check_wait, decode, encode, pending_count
 from agentsessions.stores.kit.failures import could_not, first_line, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
@@ -129,7 +130,7 @@ _LIMITS = "SELECT set_config('statement_timeout', %s, true), set_config('lock_ti
 _LOCK_SESSION = """
 INSERT INTO agentsessions_sessions AS s (id, revision, length) VALUES (%s, %s, 0)
 ON CONFLICT (id) DO UPDATE SET id = excluded.id
-RETURNING s.revision, s.length, s.run_state, s.lease_expires_at, clock_timestamp()
+RETURNING s.revision, s.length, s.run_state, s.lease_expires_at, clock_timestamp(), s.token, s.holder
 """
 _LOCK_EXISTING = "SELECT 1 FROM agentsessions_sessions WHERE id = %s FOR UPDATE"
 _LOCK_RUN = "SELECT revision, length, token, run_state FROM agentsessions_sessions WHERE id = %s FOR UPDATE"
@@ -169,7 +170,9 @@ FROM (SELECT %(end)s::text IS NOT NULL AND NOT (%(unless)s AND EXISTS (
 WHERE s.id = %(id)s
 RETURNING r.release, s.cancel_requested,
     CASE WHEN %(unless)s THEN ARRAY(SELECT seq FROM agentsessions_steers WHERE session_id = s.id ORDER BY seq) END,
-    CASE WHEN %(unless)s THEN ARRAY(SELECT text FROM agentsessions_steers WHERE session_id = s.id ORDER BY seq) END
+    CASE WHEN %(unless)s THEN ARRAY(SELECT text FROM agentsessions_steers WHERE session_id = s.id ORDER BY seq) END,
+    CASE WHEN %(unless)s THEN ARRAY(SELECT after_token FROM agentsessions_steers WHERE session_id = s.id ORDER BY seq)
+    END
 """
 # One statement reads record and rows from one snapshot. A record with no messages gives
 # one row whose body is NULL; no record gives no rows.
@@ -178,7 +181,8 @@ SELECT s.revision, m.body FROM agentsessions_sessions AS s
 LEFT JOIN agentsessions_messages AS m ON m.session_id = s.id
 WHERE s.id = %s ORDER BY m.position
 """
-_INSERT_STEER = "INSERT INTO agentsessions_steers (session_id, text) VALUES (%s, %s)"
+_INSERT_STEER = "INSERT INTO agentsessions_steers (session_id, text, after_token) VALUES (%s, %s, %s)"
+_INTERRUPT = "UPDATE agentsessions_sessions SET cancel_requested = true WHERE id = %s"
 # A keyed steer: the key is kept, and the steer added, only if the session did not hold the
 # key yet; the next statement reads the digest now kept (this one's, or the earlier one's).
 # Both follow the record's lock, so two retries of one key queue up and store one steer.
@@ -187,13 +191,14 @@ WITH kept AS (
     INSERT INTO agentsessions_steer_keys (session_id, steer_key, digest) VALUES (%(id)s, %(key)s, %(digest)s)
     ON CONFLICT (session_id, steer_key) DO NOTHING RETURNING 1
 )
-INSERT INTO agentsessions_steers (session_id, text) SELECT %(id)s, %(text)s WHERE EXISTS (SELECT 1 FROM kept)
+INSERT INTO agentsessions_steers (session_id, text, after_token)
+SELECT %(id)s, %(text)s, %(after)s WHERE EXISTS (SELECT 1 FROM kept)
 """
 _SELECT_KEY = "SELECT digest FROM agentsessions_steer_keys WHERE session_id = %s AND steer_key = %s"
 # A row deleted by one transaction is skipped by every other, so each steer has one taker.
 # RETURNING gives rows in no promised order, so each carries its seq to sort by.
 _TAKE_STEERS = "DELETE FROM agentsessions_steers WHERE session_id = %s RETURNING seq, text"
-_PEEK_STEERS = "SELECT seq, text FROM agentsessions_steers WHERE session_id = %s ORDER BY seq"
+_PEEK_STEERS = "SELECT seq, text, after_token FROM agentsessions_steers WHERE session_id = %s ORDER BY seq"
 _DELETE_TAKEN = "DELETE FROM agentsessions_steers WHERE session_id = %s AND seq = ANY(%s::bigint[])"
 _DELETE_METADATA = "DELETE FROM agentsessions_metadata WHERE session_id = %s"
 _INSERT_METADATA = "INSERT INTO agentsessions_metadata (session_id, mkey, mvalue) VALUES (%s, %s, %s)"
@@ -230,6 +235,13 @@ UPDATE agentsessions_approvals AS a SET body = %(new)s, pending = %(pending)s
 FROM (SELECT id FROM agentsessions_sessions WHERE id = %(id)s AND run_state = 'waiting' FOR UPDATE) AS s
 WHERE a.session_id = s.id AND a.body = %(old)s
 """
+# An edited input's rewrite of the wait's message: the last one, read under the record's lock.
+_SELECT_LAST_MESSAGE = """
+SELECT m.position, m.body FROM agentsessions_sessions AS s
+JOIN agentsessions_messages AS m ON m.session_id = s.id AND m.position = s.length - 1 WHERE s.id = %s
+"""
+_UPDATE_MESSAGE_AT = "UPDATE agentsessions_messages SET body = %s WHERE session_id = %s AND position = %s"
+_RENEW_REVISION = "UPDATE agentsessions_sessions SET revision = %s WHERE id = %s"
 _CANCEL = """
 UPDATE agentsessions_sessions SET cancel_requested = true
 WHERE id = %s AND run_state = 'running' AND lease_expires_at > clock_timestamp()
@@ -391,30 +403,42 @@ class PostgresStore:
         bodies = [body for _, body in rows if body is not None]
         return self._known.read(session_id, rows[0][0] if rows else None, bodies)
 
-    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None, if_busy: str = "steer") -> RunState:
         """Leave a steer for the session's run; returns the session's state as it was stored.
 
         A ``key`` the session holds stores nothing: the state for the same text, a
         :class:`ConflictError` for another (nothing written: a key is only kept with its record).
+        ``if_busy`` decides what the steer does while a live run holds the session
+        (:mod:`agentsessions.stores.kit.busy`), under the same lock.
         """
         session_id, text, steer_key = arguments.add_steer(session_id, text, key)
-        sid = encode_text(session_id)
+        if_busy, sid = policies.check(if_busy), encode_text(session_id)
         # The record's lock is held until the steer is in: a run releasing the session
         # either sees this steer or has released before it, and the state returned says which.
         digest = steerkeys.digest(text) if steer_key is not None else b""
         kept = None
         with self._transaction("add a steer", session_id) as conn:
-            record = _cursor(conn).execute(_LOCK_SESSION, (sid, new_revision()))
+            _, _, run_state, expires, now, token, holder = _one(
+                _cursor(conn).execute(_LOCK_SESSION, (sid, new_revision()))
+            )
+            state = derive_state(run_state, expires, now)
+            if steer_key is not None and if_busy == "reject" and state is RunState.RUNNING:
+                retried = _cursor(conn).execute(_SELECT_KEY, (sid, encode_text(steer_key))).fetchone()
+                if retried is not None:  # a retry: its text is stored, or the key is another text's
+                    steerkeys.fresh(retried[0], text, session_id, steer_key)
+                    return state
+            after = policies.after_token(if_busy, state, token, session_id, values.text(holder), expires)
             if steer_key is None:
-                conn.execute(_INSERT_STEER, (sid, encode_text(text)))
+                added = conn.execute(_INSERT_STEER, (sid, encode_text(text), after)).rowcount
             else:
                 keyed = {"id": sid, "key": encode_text(steer_key), "digest": digest, "text": encode_text(text)}
-                conn.execute(_INSERT_KEYED_STEER, keyed)
+                added = conn.execute(_INSERT_KEYED_STEER, {**keyed, "after": after}).rowcount
                 kept = _cursor(conn).execute(_SELECT_KEY, (sid, keyed["key"]))
+            if added and policies.interrupts(if_busy, after):
+                conn.execute(_INTERRUPT, (sid,))
         if steer_key is not None and kept is not None:
             steerkeys.fresh(_one(kept)[0], text, session_id, steer_key)  # raises for a key kept for another text
-        _, _, run_state, expires, now = _one(record)
-        return derive_state(run_state, expires, now)
+        return state
 
     def take_steers(self, session_id: str) -> list[str]:
         """Remove and return the waiting steers, oldest first; each goes to exactly one caller."""
@@ -515,7 +539,7 @@ class PostgresStore:
         key = encode_text(check_session_id(session_id))
         with self._transaction("read the steers", session_id) as conn:
             cur = _cursor(conn).execute(_PEEK_STEERS, (key,))
-        return [Steer(seq, decode_text(text)) for seq, text in cur.fetchall()]
+        return [Steer(seq, decode_text(text), after) for seq, text, after in cur.fetchall()]
 
     def save_run(
         self,
@@ -540,12 +564,12 @@ class PostgresStore:
                 conn.execute(_DELETE_TAKEN, (key, gone))
             _write_messages(conn, key, plan, row[0], row[1])
             saved = _cursor(conn).execute(_SAVED_RUN, {**params, "end": None if ending is None else ending.value})
-        released, cancel_requested, seqs, texts = _one(saved)
+        released, cancel_requested, seqs, texts, afters = _one(saved)
         self._known.remember(claim.session_id, revision, plan.messages, None if released else claim)
         if released:
             return Progress()
-        pending = zip(seqs, texts, strict=True) if ending is not None and call.unless_steered else ()
-        return Progress(cancel_requested, tuple(Steer(seq, decode_text(text)) for seq, text in pending))
+        pending = zip(seqs, texts, afters, strict=True) if ending is not None and call.unless_steered else ()
+        return Progress(cancel_requested, tuple(Steer(seq, decode_text(text), after) for seq, text, after in pending))
 
     def renew(self, claims: Sequence[Claim]) -> Renewal:
         """Extend each claim's lease in one statement for them all; report the claims lost and those asked to cancel."""
@@ -604,8 +628,14 @@ class PostgresStore:
         row = cur.fetchone()
         return decode(row[0] if row else None, session_id)
 
-    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
-        """Record ``decisions`` on the waiting calls, all or none, in one conditional write; the state after."""
+    def decide(
+        self, session_id: str, decisions: Mapping[str, Decision], *, rewrite: kit_approvals.Rewrite | None = None
+    ) -> RunState:
+        """Record ``decisions`` on the waiting calls, all or none, in one conditional write; the state after.
+
+        An edited input rewrites the wait's ``tool_use`` block (the last message) and renews
+        the session's revision in the same transaction, under the record's lock the swap took.
+        """
         key = encode_text(check_session_id(session_id))
 
         def read() -> tuple[str | None, datetime.datetime | None, str | None, datetime.datetime]:
@@ -620,7 +650,21 @@ class PostgresStore:
                 cur = _cursor(conn).execute(_SWAP_APPROVALS, params)
             return cur.rowcount > 0
 
-        return kit_approvals.decide(session_id, decisions, read=read, swap=swap)
+        def edit(old: str | None, new: str, pending: int, inputs: Mapping[str, str]) -> bool:
+            params = {"new": new, "pending": pending, "id": key, "old": old}
+            with self._transaction("record the decisions", session_id) as conn:
+                # Reading a result ends the pipeline's batch: the swap's outcome, before the rewrite.
+                if _cursor(conn).execute(_SWAP_APPROVALS + " RETURNING a.session_id", params).fetchone() is None:
+                    return False
+                row = _cursor(conn).execute(_SELECT_LAST_MESSAGE, (key,)).fetchone()
+                if row is None:
+                    raise ConflictError(f"session {session_id!r:.80} has no transcript holding its wait")
+                body = dump_message(kit_approvals.rewritten(rewrite, row[0], load_message(row[1]), inputs))
+                conn.execute(_UPDATE_MESSAGE_AT, (body, key, row[0]))
+                conn.execute(_RENEW_REVISION, (new_revision(), key))
+            return True
+
+        return kit_approvals.decide(session_id, decisions, read=read, swap=swap, edit=edit)
 
     @contextmanager
     def _transaction(self, action: str, session_id: str | None = None) -> Iterator[_Connection]:

@@ -35,8 +35,9 @@ __all__ = [
     "read_version",
 ]
 
-SCHEMA_VERSION = 4
-"""The version of the schema this release creates and needs (2: steer keys; 3: approvals; 4: session metadata)."""
+SCHEMA_VERSION = 5
+"""The version of the schema this release creates and needs (2: steer keys; 3: approvals; 4: session metadata;
+5: steers queued for the next run)."""
 
 LOCK = 0x6167_656E_7473_6573  # "agentses": the advisory lock every migration of any schema takes
 
@@ -92,6 +93,11 @@ CREATE TABLE IF NOT EXISTS agentsessions_metadata (
 CREATE INDEX IF NOT EXISTS agentsessions_metadata_by_pair ON agentsessions_metadata (mkey, mvalue, session_id);
 """
 
+# Version 5: a steer sent with if_busy="queue" or "interrupt" while a run held the session
+# carries that run's token: only a claim with a greater one takes it (0: any run). A
+# version-4 replica inserts steers without it, which the default makes steers for any run.
+_QUEUED = "ALTER TABLE agentsessions_steers ADD COLUMN IF NOT EXISTS after_token bigint NOT NULL DEFAULT 0"
+
 # Ids, holders and steers are bytea of their UTF-8 (surrogates passed through): text
 # cannot hold NUL, and bytes compare exactly, so no collation can make `a` equal `A` or
 # `a `. Message bodies are codec JSON in text, never jsonb, which would reorder keys,
@@ -128,7 +134,8 @@ CREATE TABLE IF NOT EXISTS agentsessions_messages (
 CREATE TABLE IF NOT EXISTS agentsessions_steers (
     seq         bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     session_id  bytea       NOT NULL,
-    text        bytea       NOT NULL
+    text        bytea       NOT NULL,
+    after_token bigint      NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS agentsessions_steers_by_session ON agentsessions_steers (session_id, seq);
 CREATE SEQUENCE IF NOT EXISTS agentsessions_tokens;"""
@@ -151,6 +158,7 @@ MIGRATIONS: dict[int, list[str]] = {
     1: [_VERSIONS.strip().rstrip(";"), _STEER_KEYS.strip().rstrip(";"), _record(2)],
     2: [_APPROVALS.strip().rstrip(";"), *_WIDEN_STATES, _record(3)],
     3: [*(statement.strip() for statement in _METADATA.split(";") if statement.strip()), _record(4)],
+    4: [_QUEUED, _record(5)],
 }
 """From a version to the statements that bring it to the next, each idempotent; never run by the library on its own."""
 
@@ -158,6 +166,7 @@ _SUMMARIES = {
     1: "steer keys (table agentsessions_steer_keys) and the schema version table",
     2: "approvals (table agentsessions_approvals, run state 'waiting')",
     3: "session metadata (table agentsessions_metadata, indexed by pair)",
+    4: "steers queued for the next run (column agentsessions_steers.after_token)",
 }
 
 _VERSION = f"SELECT max(version) FROM {VERSION_TABLE}"

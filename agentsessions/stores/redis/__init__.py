@@ -52,6 +52,7 @@ from agentsessions.runs import (
 from agentsessions.session import check_fork_at, check_session_id
 from agentsessions.stores.kit import approvals as kit_approvals
 from agentsessions.stores.kit import arguments, steerkeys, values
+from agentsessions.stores.kit import busy as policies
 from agentsessions.stores.kit.approvals import check_wait, decode, encode, pending_count
 from agentsessions.stores.kit.failures import could_not, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
@@ -112,6 +113,7 @@ class RedisStore:
         register = client.register_script
         self._save, self._save_run = register(scripts.SAVE), register(scripts.SAVE_RUN)
         self._add_steer, self._take_steers = register(scripts.ADD_STEER), register(scripts.TAKE_STEERS)
+        self._peek_steers = register(scripts.PEEK_STEERS)
         self._page, self._delete, self._cancel = (
             register(scripts.PAGE),
             register(scripts.DELETE),
@@ -177,20 +179,25 @@ class RedisStore:
             stored, bodies = self._stored(key)
         return self._known.read(session_id, stored, bodies)
 
-    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None, if_busy: str = "steer") -> RunState:
         """Leave a steer for the session's run; returns the session's state as it was stored.
 
         A ``key`` the session holds stores nothing: the state for the same text, a
-        :class:`ConflictError` for another. The script checks the key and adds the steer.
+        :class:`ConflictError` for another. The script checks the key, decides ``if_busy``
+        (:mod:`agentsessions.stores.kit.busy`) and adds the steer, in one step.
         """
         session_id, text, steer_key = arguments.add_steer(session_id, text, key)
-        sid = encode_text(session_id)
+        if_busy, sid = policies.check(if_busy), encode_text(session_id)
         keys = [self._record(sid), self._steers(sid), self._counters, self._index, self._steer_keys(sid)]
         keyed = [b"", b""] if steer_key is None else [encode_text(steer_key), steerkeys.digest(text)]
         with self._errors("add a steer", session_id):
-            stored, expires, now, conflict = self._add_steer(keys, [sid, encode_text(text), _nonce(), *keyed])
-        if conflict and steer_key is not None:
+            stored, expires, now, outcome, holder = self._add_steer(
+                keys, [sid, encode_text(text), _nonce(), *keyed, if_busy]
+            )
+        if outcome == 1 and steer_key is not None:
             raise steerkeys.conflict(session_id, steer_key)
+        if outcome == 2:
+            raise busy(session_id, _text(holder) or None, _time(expires))
         return derive_state(_text(stored) or None, _time(expires), values.moment(now))
 
     def take_steers(self, session_id: str) -> list[str]:
@@ -343,8 +350,8 @@ class RedisStore:
         """The waiting steers, oldest first, left in place."""
         key = encode_text(check_session_id(session_id))
         with self._errors("read the steers", session_id):
-            members: list[bytes] = self.client.zrange(self._steers(key), 0, -1)  # type: ignore[assignment]
-        return [_steer(member) for member in members]
+            members: list[bytes] = self._peek_steers([self._steers(key), self._record(key)])
+        return _steers(members)
 
     def save_run(
         self,
@@ -376,7 +383,7 @@ class RedisStore:
             raise superseded(claim)
         released = ending is not None and outcome[0] == 1
         self._known.remember(claim.session_id, revision, plan.messages, None if released else claim)
-        return Progress(outcome[1] == b"1", tuple(_steer(member) for member in outcome[2:]))
+        return Progress(outcome[1] == b"1", tuple(_steers(outcome[2:])))
 
     def renew(self, claims: Sequence[Claim]) -> Renewal:
         """Extend each claim's lease, all in one script call; report the claims lost and those asked to cancel."""
@@ -500,8 +507,13 @@ def _listed_info(row: Sequence[Any], now: int) -> SessionInfo:
     return _info(decode_text(member[_STAMP:]), member[:_STAMP], fields, length, pending, now)
 
 
-def _steer(member: bytes) -> Steer:
-    return Steer(int(member[:_STAMP]), decode_text(member[_STAMP + _NONCE :]))
+def _steer(member: bytes, after: bytes = b"0") -> Steer:
+    return Steer(int(member[:_STAMP]), decode_text(member[_STAMP + _NONCE :]), int(after))
+
+
+def _steers(pairs: list[bytes]) -> list[Steer]:
+    """Steers from a script's reply: each member followed by its after-token."""
+    return [_steer(member, after) for member, after in zip(pairs[::2], pairs[1::2], strict=True)]
 
 
 def _nonce() -> bytes:

@@ -42,9 +42,9 @@ __all__ = [
     "migrator",
 ]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The version of the key layout this release writes and needs (2: steer keys; 3: approvals; 4: session
-metadata)."""
+metadata; 5: steers queued for the next run)."""
 
 LOCK_LEASE = 10.0
 """Seconds a migration's lock lasts unless renewed (a third of it apart while held)."""
@@ -70,7 +70,7 @@ RECORD = "HSETNX {schema} {version} {applied}"
 """The one command of every step so far: it records ``{version}`` in the version hash ``{schema}`` unless
 recorded (``{applied}`` says when and by what)."""
 
-MIGRATIONS: dict[int, list[str]] = {1: [RECORD], 2: [RECORD], 3: [RECORD]}
+MIGRATIONS: dict[int, list[str]] = {1: [RECORD], 2: [RECORD], 3: [RECORD], 4: [RECORD]}
 """From a version to the ``redis-cli`` commands that bring it to the next, each idempotent; never run by
 the library on its own. Steer keys, approvals and metadata live in keys a session without them has not:
 nothing changes but the version recorded."""
@@ -79,6 +79,7 @@ _SUMMARIES = {
     1: "steer keys (a hash <prefix>k:<id> per session, made by the steer that keeps one): records version 2",
     2: "approvals (fields of the session's record): records version 3",
     3: "session metadata (a sorted set per pair, made by the scripts that set it): records version 4",
+    4: "steers queued for the next run (fields a<seq> of the session's record, made by add_steer): records version 5",
 }
 _CREATE = "a new store: records this version"
 

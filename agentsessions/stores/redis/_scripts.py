@@ -11,7 +11,9 @@ under the store's prefix ``P``; ``<id>`` is the session id's ``encode_text`` byt
   expires (microseconds), ``c`` ``1`` when a cancel was asked, ``n`` the nonce of the claim
   that made the token, ``o`` ``1`` when that claim took over a lapsed lease (for its retry),
   ``ap`` the calls of the latest wait for approval (``agentsessions.approvals``' JSON text)
-  and ``pa`` how many are undecided.
+  and ``pa`` how many are undecided. ``a<seq>``: the token after which a pending steer sent
+  with ``if_busy`` ``"queue"`` or ``"interrupt"`` may be taken (only a later claim takes
+  it); absent for any other steer, and deleted with the steer by the save that takes it.
   ``md`` the metadata: its pairs, each the JSON text of ``[key, value]``, sorted and joined
   by newlines (JSON text holds no raw newline); absent when there is none.
 - ``P m:<id>``: the transcript, a list of ``dump_message`` bodies, one per message.
@@ -77,6 +79,15 @@ local function touch(rec, index, id, now)
     redis.call('ZADD', key, 0, stamp .. id)
   end
 end
+-- The pending steers, oldest first, each member followed by its after-token ('0' for any run).
+local function pending_steers(steers, rec)
+  local out = {}
+  for _, member in ipairs(redis.call('ZRANGE', steers, 0, -1)) do
+    out[#out + 1] = member
+    out[#out + 1] = redis.call('HGET', rec, 'a' .. int(tonumber(string.sub(member, 1, 16)))) or '0'
+  end
+  return out
+end
 -- Replaces the list after its first `keep` items by ARGV[first..], in chunks (unpack has a limit).
 local function write(list, keep, first)
   if keep == 0 then redis.call('DEL', list) else redis.call('LTRIM', list, 0, keep - 1) end
@@ -113,7 +124,7 @@ return 1
 # unless_steered ('1'), n, the n taken seqs, known revision, keep, new revision, bodies...
 # Returns {-1} when the claim is superseded, {0} when the known revision is gone (nothing
 # written either way), {1, cancel} when saved, {2, cancel, pending...} when saved and not
-# released because steers are pending.
+# released because steers are pending (each member followed by its after-token).
 SAVE_RUN = (
     _COMMON
     + """
@@ -121,20 +132,23 @@ local rec = redis.call('HMGET', KEYS[1], 'tok', 'st', 'rev', 'lm', 'c')
 local n = tonumber(ARGV[5])
 if rec[3] == ARGV[8 + n] and rec[1] == ARGV[2] then  -- this save, retried after its reply was lost
   if rec[2] ~= 'running' then return {1, '0'} end  -- it released
-  if ARGV[3] ~= '' then return {2, rec[5], unpack(redis.call('ZRANGE', KEYS[4], 0, -1))} end
+  if ARGV[3] ~= '' then return {2, rec[5], unpack(pending_steers(KEYS[4], KEYS[1]))} end
   return {1, rec[5]}
 end
 if rec[1] ~= ARGV[2] or rec[2] ~= 'running' then return {-1} end
 local keep = kept(rec[3], 6 + n)
 if keep == nil then return {0} end
-for i = 6, 5 + n do redis.call('ZREMRANGEBYSCORE', KEYS[4], ARGV[i], ARGV[i]) end
+for i = 6, 5 + n do
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], ARGV[i], ARGV[i])
+  redis.call('HDEL', KEYS[1], 'a' .. ARGV[i])
+end
 write(KEYS[2], keep, 9 + n)
 local now = now_micros()
 redis.call('HSET', KEYS[1], 'rev', ARGV[8 + n], 'x', int(now + tonumber(rec[4])))
 touch(KEYS[1], KEYS[3], ARGV[1], now)
 if ARGV[3] == '' then return {1, rec[5]} end
 if ARGV[4] == '1' and redis.call('ZCARD', KEYS[4]) > 0 then
-  return {2, rec[5], unpack(redis.call('ZRANGE', KEYS[4], 0, -1))}
+  return {2, rec[5], unpack(pending_steers(KEYS[4], KEYS[1]))}
 end
 redis.call('HSET', KEYS[1], 'st', ARGV[3], 'c', '0')
 return {1, '0'}
@@ -142,17 +156,21 @@ return {1, '0'}
 )
 
 # KEYS: record, steers, counters, index, steer keys. ARGV: id, text, nonce (8 bytes),
-# steer key ('' for none), digest of the text.
-# Returns {stored state or '', lease expiry or '', now, conflict}: the state the steer was
-# stored in, and 1 when the steer key is kept for another text (then nothing was written
-# but the record, which a kept key implies already).
+# steer key ('' for none), digest of the text, if_busy policy.
+# Returns {stored state or '', lease expiry or '', now, outcome, holder or ''}: the state the
+# steer was stored in; outcome 1 when the steer key is kept for another text, 2 when the
+# policy is "reject" and a live run holds the session (then nothing was written but the
+# record, which a kept key or a live run implies already), else 0. With "queue" or
+# "interrupt" and a live run, the steer's after-token is the run's token (field a<seq>), and
+# "interrupt" asks the run to stop (c = 1).
 ADD_STEER = (
     _COMMON
     + """
 ensure(KEYS[1], KEYS[4], ARGV[1])
-local function state(conflict)
-  local rec = redis.call('HMGET', KEYS[1], 'st', 'x')
-  return {rec[1] or '', rec[2] or '', int(now_micros()), conflict}
+local rec = redis.call('HMGET', KEYS[1], 'st', 'x', 'tok', 'h')
+local now = now_micros()
+local function state(outcome)
+  return {rec[1] or '', rec[2] or '', int(now), outcome, rec[4] or ''}
 end
 if ARGV[4] ~= '' then
   local kept = redis.call('HGET', KEYS[5], ARGV[4])
@@ -164,10 +182,25 @@ end
 for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
   if string.sub(member, 17, 24) == ARGV[3] then return state(0) end  -- this steer, retried
 end
+local live = rec[1] == 'running' and rec[2] and tonumber(rec[2]) > now
+if live and ARGV[6] == 'reject' then return state(2) end
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[5], ARGV[4], ARGV[5]) end
 local seq = redis.call('HINCRBY', KEYS[3], 'steers', 1)
 redis.call('ZADD', KEYS[2], seq, string.format('%016d', seq) .. ARGV[3] .. ARGV[2])
+if live and (ARGV[6] == 'queue' or ARGV[6] == 'interrupt') then
+  redis.call('HSET', KEYS[1], 'a' .. int(seq), rec[3])
+  if ARGV[6] == 'interrupt' then redis.call('HSET', KEYS[1], 'c', '1') end
+end
 return state(0)
+"""
+)
+
+# KEYS: steers, record. Returns the pending steers, oldest first, each member followed by
+# its after-token, read in one step.
+PEEK_STEERS = (
+    _COMMON
+    + """
+return pending_steers(KEYS[1], KEYS[2])
 """
 )
 

@@ -23,13 +23,13 @@ import functools
 import os
 import sqlite3
 import threading
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 from agentsessions.approvals import Approval, Decision, pending_error
-from agentsessions.codec import decode_text, encode_text
+from agentsessions.codec import decode_text, dump_message, encode_text, load_message
 from agentsessions.errors import ConflictError
 from agentsessions.messages import Message
 from agentsessions.metadata import check_metadata, load_metadata, metadata_filter
@@ -51,6 +51,7 @@ from agentsessions.runs import (
 from agentsessions.session import check_fork_at, check_session_id
 from agentsessions.stores.kit import approvals as kit_approvals
 from agentsessions.stores.kit import arguments, steerkeys, values
+from agentsessions.stores.kit import busy as policies
 from agentsessions.stores.kit.approvals import check_wait, decode, encode, pending_count
 from agentsessions.stores.kit.failures import translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
@@ -65,6 +66,9 @@ PAGE_SIZE = 500
 _SELECT_SESSION = "SELECT revision, length FROM agentsessions_sessions WHERE id = ?"
 # Bodies come as bytes: the codec's JSON decoder reads UTF-8 itself, so making a str of each first is wasted.
 _SELECT_MESSAGES = "SELECT CAST(body AS BLOB) FROM agentsessions_messages WHERE session_id = ? ORDER BY position"
+_SELECT_MESSAGE_AT = "SELECT CAST(body AS BLOB) FROM agentsessions_messages WHERE session_id = ? AND position = ?"
+_UPDATE_MESSAGE_AT = "UPDATE agentsessions_messages SET body = ? WHERE session_id = ? AND position = ?"
+_RENEW_REVISION = "UPDATE agentsessions_sessions SET revision = ? WHERE id = ?"
 _DELETE_MESSAGES_FROM = "DELETE FROM agentsessions_messages WHERE session_id = ? AND position >= ?"
 _INSERT_MESSAGE = "INSERT INTO agentsessions_messages (session_id, position, body) VALUES (?, ?, ?)"
 _UPSERT_SESSION = """
@@ -74,16 +78,17 @@ ON CONFLICT (id) DO UPDATE SET revision = excluded.revision, length = excluded.l
 """
 # A steer or a claim before any save makes the record: length 0, never updated, IDLE.
 _CREATE_RECORD = "INSERT INTO agentsessions_sessions (id, revision, length) VALUES (?, ?, 0) ON CONFLICT DO NOTHING"
-_SELECT_HOLD = "SELECT run_state, lease_expires_at, holder FROM agentsessions_sessions WHERE id = ?"
+_SELECT_HOLD = "SELECT run_state, lease_expires_at, holder, token FROM agentsessions_sessions WHERE id = ?"
 _NEXT_STEER = "UPDATE agentsessions_counters SET steers = steers + 1"
 _INSERT_STEER = """
-INSERT INTO agentsessions_steers (session_id, seq, text) SELECT ?, steers, ? FROM agentsessions_counters
+INSERT INTO agentsessions_steers (session_id, seq, text, after_token) SELECT ?, steers, ?, ? FROM agentsessions_counters
 """
+_INTERRUPT = "UPDATE agentsessions_sessions SET cancel_requested = 1 WHERE id = ?"
 _SELECT_KEY = "SELECT digest FROM agentsessions_steer_keys WHERE session_id = ? AND steer_key = ?"
 _INSERT_KEY = "INSERT INTO agentsessions_steer_keys (session_id, steer_key, digest) VALUES (?, ?, ?)"
 # RETURNING gives rows in no promised order, so each carries its seq to sort by.
 _TAKE_STEERS = "DELETE FROM agentsessions_steers WHERE session_id = ? RETURNING seq, text"
-_PEEK_STEERS = "SELECT seq, text FROM agentsessions_steers WHERE session_id = ? ORDER BY seq"
+_PEEK_STEERS = "SELECT seq, text, after_token FROM agentsessions_steers WHERE session_id = ? ORDER BY seq"
 _DELETE_STEER = "DELETE FROM agentsessions_steers WHERE session_id = ? AND seq = ?"
 _NEXT_TOKEN = "UPDATE agentsessions_counters SET tokens = tokens + 1 RETURNING tokens"
 _CLAIM = """
@@ -223,24 +228,30 @@ class SQLiteStore:
             bodies = db.execute(_SELECT_MESSAGES, (key,)).fetchall()
         return self._known.read(session_id, row[0] if row else None, [body for (body,) in bodies])
 
-    def add_steer(self, session_id: str, text: str, *, key: str | None = None) -> RunState:
+    def add_steer(self, session_id: str, text: str, *, key: str | None = None, if_busy: str = "steer") -> RunState:
         """Leave a steer for the session's run; returns the session's state as it was stored.
 
         A ``key`` the session holds stores nothing: the state for the same text, a
-        :class:`ConflictError` for another.
+        :class:`ConflictError` for another. ``if_busy`` decides what the steer does while a
+        live run holds the session (:mod:`agentsessions.stores.kit.busy`).
         """
         session_id, text, steer_key = arguments.add_steer(session_id, text, key)
-        sid = encode_text(session_id)
+        if_busy, sid = policies.check(if_busy), encode_text(session_id)
         # One transaction with the record's write lock: a run releasing the session either
         # sees this steer or has released before it, and the state returned says which. The
-        # steer key is checked in it too, so two retries of one key store one steer.
+        # steer key and the if_busy policy are decided in it too, so two retries of one key
+        # store one steer and two racing senders each get one outcome.
         with self._errors("add a steer", session_id), self._transaction() as db:
             now = _now()
-            run_state, expires, _ = _hold(db, sid)
+            run_state, expires, holder, token = _hold(db, sid)
+            state = _state(run_state, expires, now, session_id)
             if steer_key is None or _new_key(db, sid, session_id, steer_key, text):
+                after = policies.after_token(if_busy, state, token, session_id, values.text(holder), _datetime(expires))
                 db.execute(_NEXT_STEER)
-                db.execute(_INSERT_STEER, (sid, encode_text(text)))
-        return _state(run_state, expires, now, session_id)
+                db.execute(_INSERT_STEER, (sid, encode_text(text), after))
+                if policies.interrupts(if_busy, after):
+                    db.execute(_INTERRUPT, (sid,))
+        return state
 
     def take_steers(self, session_id: str) -> list[str]:
         """Remove and return the waiting steers, oldest first; each goes to exactly one caller."""
@@ -318,7 +329,7 @@ class SQLiteStore:
         key = encode_text(session_id)
         with self._errors("claim", session_id), self._transaction() as db:
             now = _now()
-            run_state, expires, holder = _hold(db, key)
+            run_state, expires, holder, _ = _hold(db, key)
             state = _state(run_state, expires, now, session_id)
             if state is RunState.RUNNING:
                 raise busy(session_id, values.text(holder), _datetime(expires))
@@ -333,7 +344,7 @@ class SQLiteStore:
         key = encode_text(check_session_id(session_id))
         with self._errors("read the steers", session_id):
             rows = self._connection().execute(_PEEK_STEERS, (key,)).fetchall()
-        return [Steer(seq, decode_text(text)) for seq, text in rows]
+        return [Steer(seq, decode_text(text), after) for seq, text, after in rows]
 
     def save_run(
         self,
@@ -361,7 +372,7 @@ class SQLiteStore:
         self._known.remember(claim.session_id, revision, plan.messages, claim if release is None else None)
         if release is not None:
             return Progress()
-        return Progress(bool(cancel), tuple(Steer(seq, decode_text(text)) for seq, text in pending))
+        return Progress(bool(cancel), tuple(Steer(seq, decode_text(text), after) for seq, text, after in pending))
 
     def renew(self, claims: Sequence[Claim]) -> Renewal:
         """Extend each claim's lease, all in one transaction; report the claims lost and those asked to cancel."""
@@ -397,8 +408,14 @@ class SQLiteStore:
             row = self._connection().execute(_SELECT_APPROVALS, (key,)).fetchone()
         return decode(row[0] if row else None, session_id)
 
-    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
-        """Record ``decisions`` on the waiting calls, all or none, in one conditional write; the state after."""
+    def decide(
+        self, session_id: str, decisions: Mapping[str, Decision], *, rewrite: kit_approvals.Rewrite | None = None
+    ) -> RunState:
+        """Record ``decisions`` on the waiting calls, all or none, in one conditional write; the state after.
+
+        An edited input rewrites the wait's ``tool_use`` block (the last message) and renews
+        the session's revision in the same transaction.
+        """
         key = encode_text(check_session_id(session_id))
 
         def read() -> tuple[str | None, datetime.datetime | None, str | None, datetime.datetime]:
@@ -410,8 +427,15 @@ class SQLiteStore:
         def swap(old: str | None, new: str, pending: int) -> bool:
             return self._connection().execute(_SWAP_APPROVALS, (new, pending, key, old, key)).rowcount > 0
 
+        def edit(old: str | None, new: str, pending: int, inputs: Mapping[str, str]) -> bool:
+            with self._transaction() as db:
+                if db.execute(_SWAP_APPROVALS, (new, pending, key, old, key)).rowcount == 0:
+                    return False
+                _rewrite_last(db, key, session_id, lambda at, m: kit_approvals.rewritten(rewrite, at, m, inputs))
+                return True
+
         with self._errors("record the decisions", session_id):
-            return kit_approvals.decide(session_id, decisions, read=read, swap=swap)
+            return kit_approvals.decide(session_id, decisions, read=read, swap=swap, edit=edit)
 
     # --- Connections and transactions ------------------------------------------------------
 
@@ -501,6 +525,19 @@ def _write_messages(db: sqlite3.Connection, key: bytes, plan: SavePlan, stored: 
     db.executemany(_INSERT_MESSAGE, plan.rows(key, keep))
 
 
+def _rewrite_last(
+    db: sqlite3.Connection, key: bytes, session_id: str, change: Callable[[int, Message], Message]
+) -> None:
+    """Rewrite the transcript's last message through ``change``, and renew the revision (stores' memories lapse)."""
+    row = db.execute(_SELECT_SESSION, (key,)).fetchone()
+    last = (row[1] if row else 0) - 1
+    body = db.execute(_SELECT_MESSAGE_AT, (key, last)).fetchone() if last >= 0 else None
+    if body is None:
+        raise ConflictError(f"session {session_id!r:.80} has no transcript holding its wait")
+    db.execute(_UPDATE_MESSAGE_AT, (dump_message(change(last, load_message(body[0]))), key, last))
+    db.execute(_RENEW_REVISION, (new_revision(), key))
+
+
 def _where(states: frozenset[RunState] | None) -> str:
     """The listing's state filter as SQL; sorted, so one filter is one SQL text and its statement is reused."""
     if states is None:
@@ -518,11 +555,11 @@ def _new_key(db: sqlite3.Connection, key: bytes, session_id: str, steer_key: str
     return True
 
 
-def _hold(db: sqlite3.Connection, key: bytes) -> tuple[str | None, int | None, bytes | None]:
-    """The record's run_state, lease_expires_at and holder, making the record if it has none."""
+def _hold(db: sqlite3.Connection, key: bytes) -> tuple[str | None, int | None, bytes | None, int]:
+    """The record's run_state, lease_expires_at, holder and token, making the record if it has none."""
     db.execute(_CREATE_RECORD, (key, new_revision()))
-    run_state, expires, holder = db.execute(_SELECT_HOLD, (key,)).fetchone()
-    return run_state, expires, holder
+    run_state, expires, holder, token = db.execute(_SELECT_HOLD, (key,)).fetchone()
+    return run_state, expires, holder, token
 
 
 def _info(row: Sequence[Any], now: int) -> SessionInfo:

@@ -21,8 +21,9 @@ from agentsessions.stores.kit.schema import VERSION_TABLE, Applied, Step, check_
 
 __all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION", "SQLiteMigrator", "migrator", "prepare"]
 
-SCHEMA_VERSION = 4
-"""The version of the schema this release creates and needs (2: steer keys; 3: approvals; 4: session metadata)."""
+SCHEMA_VERSION = 5
+"""The version of the schema this release creates and needs (2: steer keys; 3: approvals; 4: session metadata;
+5: steers queued for the next run)."""
 
 # One row per version applied. A file that has the session table and no row is version 1.
 _VERSIONS = f"""
@@ -77,6 +78,14 @@ CREATE TABLE IF NOT EXISTS agentsessions_metadata (
 CREATE INDEX IF NOT EXISTS agentsessions_metadata_by_pair ON agentsessions_metadata (mkey, mvalue, session_id);
 """
 
+# Version 5: a steer sent with if_busy="queue" or "interrupt" while a run held the session
+# carries that run's token: only a claim with a greater one takes it (0: any run). SQLite's
+# ADD COLUMN has no IF NOT EXISTS: prepare() takes a "duplicate column name" from it as the
+# step already done, so running it again (a file whose version rows were lost) is harmless.
+_QUEUED = """
+ALTER TABLE agentsessions_steers ADD COLUMN after_token INTEGER NOT NULL DEFAULT 0;
+"""
+
 # Ids, holders and steers are BLOBs of their UTF-8 with surrogates passed through, so any
 # str round-trips and ids compare byte for byte. Message bodies are codec JSON text, in a
 # rowid table with a separate key: WITHOUT ROWID would store kilobyte rows in half-empty
@@ -117,6 +126,7 @@ CREATE TABLE IF NOT EXISTS agentsessions_steers (
     session_id  BLOB    NOT NULL,
     seq         INTEGER NOT NULL,
     text        BLOB    NOT NULL,
+    after_token INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (session_id, seq)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS agentsessions_counters (
@@ -136,6 +146,7 @@ MIGRATIONS: dict[int, list[str]] = {
     1: sql_statements(_VERSIONS + _STEER_KEYS + _record(2), sqlite3.complete_statement),
     2: sql_statements(_APPROVALS + _record(3), sqlite3.complete_statement),
     3: sql_statements(_METADATA + _record(4), sqlite3.complete_statement),
+    4: sql_statements(_QUEUED + _record(5), sqlite3.complete_statement),
 }
 """From a version to the statements that bring it to the next; the store runs them on open."""
 
@@ -143,6 +154,7 @@ _SUMMARIES = {
     1: "steer keys (table agentsessions_steer_keys) and the schema version table",
     2: "approvals (table agentsessions_approvals)",
     3: "session metadata (table agentsessions_metadata, indexed by pair)",
+    4: "steers queued for the next run (column agentsessions_steers.after_token)",
 }
 
 _TABLES = "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('agentsessions_sessions', ?)"
@@ -195,7 +207,7 @@ def prepare(db: sqlite3.Connection, path: str, ran: Callable[[Step, int], None] 
         steps = _steps(version)
         for step in steps:
             for index, statement in enumerate(step.statements):
-                db.execute(statement)
+                _execute(db, statement)
                 if ran is not None:
                     ran(step, index)
         db.execute("COMMIT")
@@ -206,6 +218,16 @@ def prepare(db: sqlite3.Connection, path: str, ran: Callable[[Step, int], None] 
     applied = Applied(version, tuple(steps))
     _check(applied.version, path)
     return applied
+
+
+def _execute(db: sqlite3.Connection, statement: str) -> None:
+    """Run one statement of a step; an ``ADD COLUMN`` whose column exists is that statement already done."""
+    try:
+        db.execute(statement)
+    except sqlite3.OperationalError as error:
+        # A failed statement rolls back only itself: the migration's transaction goes on.
+        if not ("ADD COLUMN" in statement.upper() and "duplicate column name" in str(error)):
+            raise
 
 
 class SQLiteMigrator:
