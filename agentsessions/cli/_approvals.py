@@ -6,7 +6,7 @@ import argparse
 
 from agentsessions import _format as fmt
 from agentsessions.approvals import Decision
-from agentsessions.cli._base import PROG, Exit, Streams, known
+from agentsessions.cli._base import PROG, CliError, Exit, Streams, known
 from agentsessions.session import RunStore
 from agentsessions.session import open as open_session
 
@@ -25,8 +25,12 @@ def approvals(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
 def decide(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
     known(store, args.id)
     if args.command == "approve":
-        decision = Decision.approve(by=args.by)
+        decision = Decision.approve(by=args.by, input=args.input)
     else:
         decision = Decision.reject(reason=args.reason, by=args.by)
-    io.print(open_session(args.id, store).decide({args.call_id: decision}).value)
+    try:
+        state = open_session(args.id, store).decide({args.call_id: decision})
+    except TypeError as error:  # a store that cannot yet take an edited input
+        raise CliError(Exit.USAGE, str(error)) from None
+    io.print(state.value)
     return Exit.OK

@@ -84,6 +84,7 @@ def parser() -> argparse.ArgumentParser:
         decide.add_argument("call_id", metavar="CALL_ID")
         decide.add_argument("--by", default="", metavar="WHO", help="who decides (kept with the decision)")
     reject.add_argument("--reason", default="", metavar="TEXT", help="why: the model reads it")
+    approve.add_argument("--input", metavar="JSON", help="run the call with this input (a JSON object) instead")
     fork = command("fork", sessions.fork, "Copy a session's first N messages (all without --at) into a new one.")
     fork.add_argument("id")
     fork.add_argument("new")
