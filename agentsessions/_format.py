@@ -240,7 +240,7 @@ def approvals(calls: Sequence[Approval]) -> list[str]:
 
 def approval_json(call: Approval) -> dict[str, Any]:
     """One call of a wait, as ``approvals --json`` writes it."""
-    fields = ("call_id", "tool", "input", "decision", "by", "reason")
+    fields = ("call_id", "tool", "input", "original_input", "decision", "by", "reason")
     return {
         **{name: getattr(call, name) for name in fields},
         "requested_at": _iso(call.requested_at),

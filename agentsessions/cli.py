@@ -8,7 +8,10 @@
                                    with --key, run again it stores nothing more (a retry)
     cancel ID                      asks the run holding ID to stop, or ends its wait for approval
     approvals ID [--json]          the tool calls ID waits for, decided or not
-    approve ID CALL_ID [--by WHO]  lets a waiting call run (the run after the decision runs it)
+    approve ID CALL_ID [--by WHO] [--input JSON]
+                                   lets a waiting call run (the run after the decision runs it);
+                                   with --input, with that input instead (checked against the
+                                   tool's schema; the transcript's call shows it)
     reject ID CALL_ID [--reason TEXT] [--by WHO]
                                    refuses a waiting call: the model reads the reason
     fork ID NEW [--at N]           NEW gets ID's first N messages (all without --at)
@@ -55,13 +58,14 @@ Exit codes:
   1  not found: no such session (show, export, steer, fork's source, cancel, delete: any
      ID missing, after deleting the others); for cancel also: no live run holds it
   2  bad input or usage: arguments, session ids, a transcript that is not the dumps form,
+     approve --input that is not a JSON object or does not fit the tool's schema,
      fork --at outside 0..length, fork on a store that cannot fork; a keys file that cannot
      be read; a row that does not decrypt (rekey: sessions that did not, each named)
   3  busy or conflict: import over an existing session without --replace, or over one a
      run holds; fork into an existing id; another run holds the session; rekey left
      sessions that runs held (run it again); steer --key K where the session holds K for
-     another text (nothing stored); approve or reject of a call decided the other way, or
-     not waiting
+     another text (nothing stored); approve or reject of a call decided the other way (or
+     approved with another --input), or not waiting
   4  store error: no driver, unreachable, refused, tables missing, file missing
   5  an unexpected error (a bug): a traceback follows, with passwords masked
 migrate has its own: 0 up to date or migrated, 1 failed, 2 bad usage, 3 the schema is newer
@@ -251,10 +255,14 @@ def _approvals(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
 def _decide(args: argparse.Namespace, store: RunStore, io: Streams) -> Exit:
     _known(store, args.id)
     if args.command == "approve":
-        decision = Decision.approve(by=args.by)
+        decision = Decision.approve(by=args.by, input=args.input)
     else:
         decision = Decision.reject(reason=args.reason, by=args.by)
-    io.print(open_session(args.id, store).decide({args.call_id: decision}).value)
+    try:
+        state = open_session(args.id, store).decide({args.call_id: decision})
+    except TypeError as error:  # a store that cannot yet take an edited input
+        raise CliError(Exit.USAGE, str(error)) from None
+    io.print(state.value)
     return Exit.OK
 
 
@@ -493,6 +501,7 @@ def parser() -> argparse.ArgumentParser:
         decide.add_argument("call_id", metavar="CALL_ID")
         decide.add_argument("--by", default="", metavar="WHO", help="who decides (kept with the decision)")
     reject.add_argument("--reason", default="", metavar="TEXT", help="why: the model reads it")
+    approve.add_argument("--input", metavar="JSON", help="run the call with this input (a JSON object) instead")
     fork = command("fork", _fork, "Copy a session's first N messages (all without --at) into a new one.")
     fork.add_argument("id")
     fork.add_argument("new")
