@@ -63,27 +63,34 @@ def waiting_session(store: agent.RunStore, session_id: str) -> None:
     store.wait(claim, [agent.Approval(c, "delete", '{"path": "x"}', utcnow()) for c in CALLS])
 
 
+def at_one_signal(target: Any, opener: Opener, session_id: str, rng: random.Random, where: str) -> list[Any]:
+    """Start ``DECIDERS`` processes running ``target`` (in an order drawn from ``rng``), signal them at once, and
+    return their reports."""
+    ctx = context()
+    go = ctx.Event()
+    pipe, child = ctx.Pipe(duplex=False)
+    order = rng.sample(range(DECIDERS), DECIDERS)  # who starts first varies by trial
+    processes = [ctx.Process(target=target, args=(opener, session_id, n, go, child)) for n in order]
+    for process in processes:
+        process.start()
+    child.close()
+    go.set()
+    reports = [pipe.recv() for _ in processes if pipe.poll(SECONDS)]
+    for process in processes:
+        process.join(SECONDS)
+        assert process.exitcode == 0, f"{where}: a decider exited {process.exitcode}"
+    return reports
+
+
 def test_racing_deciders_in_processes_record_one_decision_per_call(opener: Opener) -> None:
     print(f"\nseed {SEED}")
-    ctx = context()
     tally: Counter[str] = Counter()
     rng = random.Random(SEED)
     with opener() as store:
         for trial in range(TRIALS):
             session_id = f"decide-{os.getpid()}-{SEED}-{trial}"
             waiting_session(store, session_id)
-            go = ctx.Event()
-            pipe, child = ctx.Pipe(duplex=False)
-            order = rng.sample(range(DECIDERS), DECIDERS)  # who starts first varies by trial
-            processes = [ctx.Process(target=decider, args=(opener, session_id, n, go, child)) for n in order]
-            for process in processes:
-                process.start()
-            child.close()
-            go.set()
-            reports = [pipe.recv() for _ in processes if pipe.poll(SECONDS)]
-            for process in processes:
-                process.join(SECONDS)
-                assert process.exitcode == 0, f"seed {SEED} trial {trial}: a decider exited {process.exitcode}"
+            reports = at_one_signal(decider, opener, session_id, rng, f"seed {SEED} trial {trial}")
             where = f"seed {SEED} trial {trial}: {sorted(reports)}"
             assert len(reports) == DECIDERS and not [r for r in reports if r[2].startswith("error")], where
             stored = {a.call_id: a.decision for a in store.approvals(session_id)}
@@ -201,7 +208,6 @@ def editor(opener: Opener, session_id: str, n: int, go: Any, reports: Connection
 
 def test_racing_deciders_with_different_inputs_one_wins_and_its_input_runs(opener: Opener) -> None:
     print(f"\nseed {SEED}")
-    ctx = context()
     ran: list[str] = []
 
     @agent.tool(needs_approval=True)
@@ -219,23 +225,12 @@ def test_racing_deciders_with_different_inputs_one_wins_and_its_input_runs(opene
             use = agent.Content.tool_use("c1", "delete", '{"path": "asked"}')
             endpoint = ScriptedEndpoint([agent.Message(agent.Role.ASSISTANT, [use]), agent.Message.assistant("done")])
             agent.Runner().run(spec, [agent.Message.user("tidy")], endpoint)
-            if not edits_inputs(store):  # MongoDB and Redis: not built yet, refused
+            if not edits_inputs(store):  # MongoDB: not built yet, refused
                 with pytest.raises(TypeError, match="edited input"):
                     session.approve("c1", input='{"path": "x"}')
                 session.delete()
                 return
-            go = ctx.Event()
-            pipe, child = ctx.Pipe(duplex=False)
-            order = rng.sample(range(DECIDERS), DECIDERS)
-            processes = [ctx.Process(target=editor, args=(opener, session.id, n, go, child)) for n in order]
-            for process in processes:
-                process.start()
-            child.close()
-            go.set()
-            reports = [pipe.recv() for _ in processes if pipe.poll(SECONDS)]
-            for process in processes:
-                process.join(SECONDS)
-                assert process.exitcode == 0, f"seed {SEED} trial {trial}: an editor exited {process.exitcode}"
+            reports = at_one_signal(editor, opener, session.id, rng, f"seed {SEED} trial {trial}")
             where = f"seed {SEED} trial {trial}: {sorted(reports)}"
             winners = [text for _, text, outcome in reports if outcome == "waiting"]
             assert len(reports) == DECIDERS and len(winners) == 1, where

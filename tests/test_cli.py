@@ -533,7 +533,7 @@ def test_approve_with_an_edited_input(backend: Backend) -> None:
     endpoint = ScriptedEndpoint([agent.Message(agent.Role.ASSISTANT, uses), agent.Message.assistant("done")])
     spec = agent.Spec(session=session, tools=[delete])
     agent.Runner().run(spec, [agent.Message.user("tidy up")], endpoint)
-    if not edits_inputs(store):  # MongoDB and Redis: not built yet, a clear refusal
+    if not edits_inputs(store):  # MongoDB: not built yet, a clear refusal
         refused = cli("--store", url, "approve", "edit", "c1", "--input", '{"path": "b"}')
         assert refused.code == 2 and "edited input" in refused.err
         return
