@@ -336,7 +336,7 @@ def test_an_approval_timeout_needs_approval_and_a_positive_timedelta() -> None:
     with pytest.raises(ValueError, match="must be positive"):
         agent.tool(needs_approval=True, approval_timeout=datetime.timedelta(0))(noop)
     with pytest.raises(TypeError, match="timedelta"):
-        agent.tool(needs_approval=True, approval_timeout=60)(noop)  # type: ignore[arg-type]
+        agent.tool(needs_approval=True, approval_timeout=60)(noop)  # type: ignore[call-overload]
     made = agent.tool(needs_approval=True, approval_timeout=datetime.timedelta(hours=24))(noop)
     assert made.approval_timeout == datetime.timedelta(hours=24)
 
@@ -347,13 +347,15 @@ def test_a_call_past_its_deadline_expires_and_the_model_reads_so(setup: Any) -> 
     endpoint = ScriptedEndpoint([calls(("delete", "a"), ("look", "b")), agent.Message.assistant("done")])
     waited = agent.Runner().run(spec, [USER], endpoint)
     (asked,) = waited.approvals
+    assert asked.expires_at is not None
     assert asked.expires_at == asked.requested_at + datetime.timedelta(seconds=0.3)
     info = session.info()
     assert (info.approval_deadline, info.pending_approvals) == (asked.expires_at, 1)
     assert [i.approval_deadline for i in store.sessions(state=agent.RunState.WAITING)] == [asked.expires_at]
     with pytest.raises(agent.ApprovalPendingError):  # before the deadline it still waits
         agent.Runner().run(spec, agent.Resume(), endpoint)
-    wait_for("the deadline", lambda: datetime.datetime.now(datetime.UTC) > asked.expires_at)
+    due = asked.expires_at
+    wait_for("the deadline", lambda: datetime.datetime.now(datetime.UTC) > due)
     with pytest.raises(agent.ConflictError, match="already expired"):
         session.approve("c1")
     seen: list[Any] = []
@@ -371,9 +373,10 @@ def test_an_expired_call_beside_a_decided_one_runs_the_decided_one(setup: Any) -
     spec = attrs.evolve(spec, tools=[_expiring(tools, 0.3), *tools.all[1:]])
     endpoint = ScriptedEndpoint([calls(("delete", "a"), ("move", "/etc/b")), agent.Message.assistant("done")])
     waited = agent.Runner().run(spec, [USER], endpoint)
-    assert [a.expires_at is None for a in waited.approvals] == [False, True]  # move has no deadline
-    assert session.info().approval_deadline == waited.approvals[0].expires_at
-    wait_for("the deadline", lambda: datetime.datetime.now(datetime.UTC) > waited.approvals[0].expires_at)
+    deadline, no_deadline = (a.expires_at for a in waited.approvals)
+    assert deadline is not None and no_deadline is None  # move has no deadline
+    assert session.info().approval_deadline == deadline
+    wait_for("the deadline", lambda: datetime.datetime.now(datetime.UTC) > deadline)
     with pytest.raises(agent.ApprovalPendingError):  # move still waits: no deadline of its own
         agent.Runner().run(spec, agent.Resume(), endpoint)
     assert session.approve("c2", by="ann") is agent.RunState.WAITING

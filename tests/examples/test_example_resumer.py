@@ -164,7 +164,9 @@ def test_a_steer_the_command_left_on_an_ended_session_is_answered_by_the_resumer
         assert done.returncode == 0, done.stderr
         lines = done.stdout.splitlines()
         assert [line.split(":")[0] for line in lines[:-1]] == ["resumed steered"], lines
-        assert lines[-1] == "0 stalled sessions found; 1 ended with steers waiting; 0 waits for approval decided or expired"
+        assert lines[-1] == (
+            "0 stalled sessions found; 1 ended with steers waiting; 0 waits for approval decided or expired"
+        )
         info = store.info("steered")
         assert (info.state, info.pending_steers) == (agent.RunState.FINISHED, 0)
         after = store.messages("steered")
@@ -189,7 +191,9 @@ def test_a_wait_for_approval_is_resumed_once_decided_and_left_while_undecided(
         assert done.returncode == 0, done.stderr
         lines = done.stdout.splitlines()
         assert [line.split(":")[0] for line in lines[:-1]] == ["resumed approved"], lines
-        assert lines[-1] == "0 stalled sessions found; 0 ended with steers waiting; 1 waits for approval decided or expired"
+        assert lines[-1] == (
+            "0 stalled sessions found; 0 ended with steers waiting; 1 waits for approval decided or expired"
+        )
         assert store.info("approved").state is agent.RunState.FINISHED
         assert store.messages("approved")[-1].text == "Here is what I found: order 1: cancelled, refund on its way"
         info = store.info("undecided")
