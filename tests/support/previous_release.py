@@ -51,7 +51,8 @@ def snapshot(store: Any, ids: Sequence[str]) -> dict[str, Any]:
     """Each session as ``store`` reads it: the transcript in the dumps form, its record and its steers."""
     return {
         session_id: {
-            "messages": agent.dumps(store.messages(session_id)),
+            # The messages without the dumps form's version: a newer release writes a newer one.
+            "messages": json.loads(agent.dumps(store.messages(session_id)))["messages"],
             "info": _info(store.info(session_id)),
             "steers": [steer.text for steer in store.peek_steers(session_id)],
         }
