@@ -262,16 +262,19 @@ class MongoStore:
 
     # --- Transcripts and steers (the seed's four) ------------------------------------------
 
-    def save(self, session_id: str, messages: Sequence[Message]) -> None:
-        """Make ``messages`` the transcript; writes only what is new since this store last saw it."""
-        plan = plan_save(self._known, session_id, messages)
+    def save(self, session_id: str, messages: Sequence[Message], *, holder: object | None = None) -> None:
+        """Make ``messages`` the transcript; writes only what is new since this store last saw it.
+
+        What is saved is remembered beside ``holder`` (a session handle), for as long as it lives.
+        """
+        plan = plan_save(self._known, session_id, messages, holder)
         stored = key(session_id)
         with self._errors("save the transcript", session_id):
             for _ in attempts(self._timeout):
                 old = parse_state(self._sessions.find_one({"_id": stored}, STATE_FIELDS))
                 revision = self._try_save(plan, stored, old)
                 if revision is not None:
-                    self._known.remember(session_id, revision, plan.messages)
+                    self._known.remember(session_id, revision, plan.messages, holder)
                     return
         raise self._gave_up("save the transcript", session_id, "other writers kept saving it first")
 

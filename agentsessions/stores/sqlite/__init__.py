@@ -211,14 +211,17 @@ class SQLiteStore:
 
     # --- Transcripts and steers (the seed's four) ------------------------------------------
 
-    def save(self, session_id: str, messages: Sequence[Message]) -> None:
-        """Make ``messages`` the transcript; writes only what is new since this store last saw it."""
-        plan = plan_save(self._known, session_id, messages)
+    def save(self, session_id: str, messages: Sequence[Message], *, holder: object | None = None) -> None:
+        """Make ``messages`` the transcript; writes only what is new since this store last saw it.
+
+        What is saved is remembered beside ``holder`` (a session handle), for as long as it lives.
+        """
+        plan = plan_save(self._known, session_id, messages, holder)
         revision, key = new_revision(), encode_text(session_id)
         with self._errors("save the transcript", session_id), self._transaction() as db:
             _write_messages(db, key, plan, db.execute(_SELECT_SESSION, (key,)).fetchone())
             db.execute(_UPSERT_SESSION, (key, revision, len(plan.messages), _now()))
-        self._known.remember(session_id, revision, plan.messages)
+        self._known.remember(session_id, revision, plan.messages, holder)
 
     def messages(self, session_id: str) -> list[Message]:
         """The session's transcript, empty if it has none."""
