@@ -174,6 +174,8 @@ def _block(block: Content) -> list[str]:
         first = f"redacted thinking ({len(block.data)} characters)"
     elif kind is ContentType.IMAGE or kind is ContentType.DOCUMENT:
         first = _media(block)
+    elif kind is ContentType.COMPACTION:
+        first = f"summary of messages #0 to #{block.covers - 1}: {clean(block.text)}"
     elif kind is ContentType.RAW:
         shown = f": {clean(block.text)}" if block.text else ""
         first = f"{clean_line(block.name)} block {clean_line(_raw_type(block.data))}{shown}"

@@ -423,7 +423,7 @@ def _text(text: str) -> dict[str, Any]:
 
 def _part(block: Content) -> dict[str, Any]:
     kind = block.type
-    if kind is ContentType.TEXT:
+    if kind is ContentType.TEXT or kind is ContentType.COMPACTION:
         return _text(block.text)
     if kind is ContentType.TOOL_USE:
         try:

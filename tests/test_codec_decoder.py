@@ -81,6 +81,7 @@ def test_the_new_blocks_are_read_straight_and_checked_as_the_constructor_checks_
             C.raw("anthropic", '{"type":"server_tool_use","id":"s1"}'),
             C.image(media_type="image/png", data="iVBORw0KGgo="),
             C.document(url="https://example.com/a.pdf", name="a"),
+            C.compaction("the story so far", covers=7),
         ],
     )
     row = codec.dump_message(message)
@@ -92,15 +93,17 @@ def test_the_new_blocks_are_read_straight_and_checked_as_the_constructor_checks_
 @pytest.mark.parametrize(
     ("row", "error"),
     [
-        ('{"v":3,"role":"user","content":[{"type":"tool_result","is_error":1}]}', "is_error must be a bool"),
-        ('{"v":3,"role":"user","content":[{"type":"text","text":"a","is_error":true}]}', "has no is_error"),
-        ('{"v":3,"role":"user","content":[{"type":"image","data":"AA"}]}', "needs its media_type"),
-        ('{"v":3,"role":"user","content":[{"type":"raw","name":"x","data":"1"}]}', "JSON object"),
+        ('{"v":4,"role":"user","content":[{"type":"tool_result","is_error":1}]}', "is_error must be a bool"),
+        ('{"v":4,"role":"user","content":[{"type":"text","text":"a","is_error":true}]}', "has no is_error"),
+        ('{"v":4,"role":"user","content":[{"type":"image","data":"AA"}]}', "needs its media_type"),
+        ('{"v":4,"role":"user","content":[{"type":"raw","name":"x","data":"1"}]}', "JSON object"),
+        ('{"v":4,"role":"user","content":[{"type":"compaction","text":"s","covers":0}]}', "covers at least one"),
+        ('{"v":4,"role":"user","content":[{"type":"compaction","text":"s","covers":true}]}', "covers must be an int"),
         ('{"v":2,"role":"user","content":[{"type":"image"}]}', "malformed message"),
         ('{"v":2,"role":"system","content":[]}', "malformed message"),
         ('{"v":2,"role":"user"}', "malformed message"),
         ('{"v":2,"role":"user","content":[]} trailing', "not JSON"),
-        ('{"v":4,"role":"user","content":[]}', "newer than this agentsessions reads"),
+        ('{"v":5,"role":"user","content":[]}', "newer than this agentsessions reads"),
     ],
 )
 def test_a_row_the_fast_path_refuses_gets_the_careful_paths_error(row: str, error: str) -> None:
