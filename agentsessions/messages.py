@@ -102,12 +102,13 @@ _UNUSED = {
 }
 _values = operator.attrgetter(*VALUE_FIELDS)
 # The same check on a block a decoder filled (msgspec): its unused fields read straight off
-# it, without first gathering all ten; media and raw blocks still take the whole check.
+# it, without first gathering them all; media, raw and compaction blocks (which check
+# more than their unused fields) still take the whole check.
 _UNUSED_ON_BLOCK = {
     kind: (
         operator.attrgetter(*(name for name in VALUE_FIELDS if name not in used)),
         _UNUSED[kind][1],
-        kind in MEDIA or kind is ContentType.RAW,
+        kind in MEDIA or kind in (ContentType.RAW, ContentType.COMPACTION),
     )
     for kind, used in FIELDS.items()
 }
