@@ -36,7 +36,7 @@ from agentsessions.errors import (
 from agentsessions.messages import Content, ContentType, Message, Role
 from agentsessions.runner import Run, Runner
 from agentsessions.runs import RunState, SessionInfo
-from agentsessions.session import ForkStore, MetadataStore, RunStore, Session, Store, StoreSession, open
+from agentsessions.session import ForkStore, MetadataStore, PruneStore, RunStore, Session, Store, StoreSession, open
 from agentsessions.spec import Pattern, Result, Resume, Spec, StopReason
 from agentsessions.tools import Tool, tool
 
@@ -68,6 +68,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "Pattern",
+    "PruneStore",
     "Result",
     "Resume",
     "Role",
