@@ -11,6 +11,7 @@ Importing this package imports no database driver and no store module.
 
 from agentsessions.approvals import Approval, ApprovalStore, Decision
 from agentsessions.codec import FORMAT_VERSION, dumps, loads
+from agentsessions.compaction import Compaction
 from agentsessions.endpoint import Endpoint, ModelRequest, ModelResponse, Usage
 from agentsessions.errors import (
     AgentSessionsError,
@@ -48,6 +49,7 @@ __all__ = [
     "Approval",
     "ApprovalPendingError",
     "ApprovalStore",
+    "Compaction",
     "ConflictError",
     "Content",
     "ContentType",
