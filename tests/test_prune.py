@@ -1,9 +1,11 @@
-"""``store.prune`` (issue 28 slice 3) on the memory store: what it deletes, what it never does, its arguments."""
+"""``store.prune`` (issue 28 slice 3) on the memory and SQLite stores: what it deletes, never deletes, refuses."""
 
 from __future__ import annotations
 
 import datetime
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,16 +13,28 @@ import pytest
 import agentsessions as agent
 from agentsessions.runs import exists, utcnow
 from agentsessions.stores.memory import MemoryStore
+from agentsessions.stores.sqlite import SQLiteStore
+
+Pruning = MemoryStore | SQLiteStore
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pruning]:
+    made: Pruning = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "prune.db")
+    yield made
+    if isinstance(made, SQLiteStore):
+        made.close()
+
 
 OLD = [agent.Message.user("old")]
 
 
-def ended(store: MemoryStore, session_id: str, end: agent.RunState) -> None:
+def ended(store: Pruning, session_id: str, end: agent.RunState) -> None:
     claim = store.claim(session_id, replica="r", lease=30)
     store.save_run(claim, OLD, end=end)
 
 
-def population(store: MemoryStore) -> datetime.datetime:
+def population(store: Pruning) -> datetime.datetime:
     """Sessions in each state before the returned cutoff, and a finished one after it."""
     store.save("idle", OLD)
     for end in (agent.RunState.FINISHED, agent.RunState.FAILED, agent.RunState.CANCELLED):
@@ -34,8 +48,7 @@ def population(store: MemoryStore) -> datetime.datetime:
 
 
 @pytest.mark.parametrize("batch", [1, 2, 500])
-def test_prune_deletes_the_old_ended_sessions_whole(batch: int) -> None:
-    store = MemoryStore()
+def test_prune_deletes_the_old_ended_sessions_whole(store: Pruning, batch: int) -> None:
     cutoff = population(store)
     assert store.prune(updated_before=cutoff, batch=batch) == 4
     assert {i.id for i in store.sessions()} == {"live", "recent"}
@@ -44,8 +57,7 @@ def test_prune_deletes_the_old_ended_sessions_whole(batch: int) -> None:
     assert store.prune(updated_before=cutoff, batch=batch) == 0  # nothing left to prune
 
 
-def test_prune_narrows_by_state_and_metadata() -> None:
-    store = MemoryStore()
+def test_prune_narrows_by_state_and_metadata(store: Pruning) -> None:
     cutoff = population(store)
     assert store.prune(updated_before=cutoff, state=agent.RunState.FAILED) == 1
     assert store.prune(updated_before=cutoff, metadata={"user": "7"}) == 0
@@ -70,16 +82,16 @@ def test_prune_narrows_by_state_and_metadata() -> None:
         ({"metadata": {"": "x"}}, ValueError),
     ],
 )
-def test_bad_arguments_are_refused_before_anything_is_deleted(arguments: dict[str, Any], error: type) -> None:
-    store = MemoryStore()
+def test_bad_arguments_are_refused_before_anything_is_deleted(
+    store: Pruning, arguments: dict[str, Any], error: type
+) -> None:
     cutoff = population(store)
     with pytest.raises(error):
         store.prune(**{"updated_before": cutoff, **arguments})
     assert len(list(store.sessions())) == 6
 
 
-def test_a_claim_racing_a_prune_keeps_its_session_or_finds_none() -> None:
-    store = MemoryStore()
+def test_a_claim_racing_a_prune_keeps_its_session_or_finds_none(store: Pruning) -> None:
     ids = [f"s{n}" for n in range(200)]
     for session_id in ids:
         ended(store, session_id, agent.RunState.FINISHED)
@@ -89,7 +101,11 @@ def test_a_claim_racing_a_prune_keeps_its_session_or_finds_none() -> None:
 
     def prune() -> None:
         start.wait()
-        counted.append(store.prune(updated_before=cutoff, batch=7))
+        # SQLite: the prune goes through a second store object on the file, as another process's would.
+        pruner = SQLiteStore(store.path) if isinstance(store, SQLiteStore) else store
+        counted.append(pruner.prune(updated_before=cutoff, batch=7))
+        if isinstance(pruner, SQLiteStore) and pruner is not store:
+            pruner.close()
 
     def run(half: list[str]) -> None:
         start.wait()

@@ -678,3 +678,17 @@ def test_spans_reach_an_otlp_http_receiver(tmp_path: Path) -> None:
     assert all(span.parent_span_id == root.span_id for span in arrived[:-1])
     tokens = {a.key: a.value.int_value for a in root.attributes if a.key.startswith("gen_ai.usage.")}
     assert tokens["gen_ai.usage.input_tokens"] == 15 and tokens["gen_ai.usage.output_tokens"] == 5
+
+
+def test_a_compaction_is_an_event_on_the_run_span(otel: Otel) -> None:
+    def reply(request: agent.ModelRequest) -> agent.Message:
+        if request.messages[-1].content[-1].text.startswith("Summarise"):
+            return agent.Message.assistant("the summary")
+        return agent.Message.assistant("ok")
+
+    old = [agent.Message.user("a" * 400), agent.Message.assistant("b" * 400), agent.Message.user("c" * 400)]
+    spec = agent.Spec(compaction=agent.Compaction(trigger_tokens=200, keep_tokens=50))
+    agent.Runner().run(spec, old, ScriptedEndpoint([reply, reply]), otel.telemetry())
+    (run,) = by_name(otel.spans(), "invoke_agent")
+    (done,) = [attributes(e) for e in run.events if e.name == "agentsessions.compaction.done"]
+    assert done == {"agentsessions.step": 1, "agentsessions.compaction.covers": 1}

@@ -36,7 +36,7 @@ from agentsessions.stores.kit import approvals as kit_approvals
 from agentsessions.stores.kit import arguments, steerkeys
 from agentsessions.stores.kit import busy as policies
 from agentsessions.stores.kit.approvals import check_wait
-from agentsessions.stores.kit.prune import PruneFilter, check_prune
+from agentsessions.stores.kit.prune import PruneFilter, check_prune, in_batches
 
 __all__ = ["MemoryStore"]
 
@@ -220,11 +220,7 @@ class MemoryStore:
     ) -> int:
         """Delete the sessions last updated before ``updated_before`` (ended ones by default); how many went."""
         wanted = check_prune(updated_before, state, metadata, batch)
-        removed = 0
-        ids = list(self._sessions)
-        for start in range(0, len(ids), wanted.batch):
-            removed += sum(self._prune_one(session_id, wanted) for session_id in ids[start : start + wanted.batch])
-        return removed
+        return in_batches(list(self._sessions), wanted.batch, lambda ids: sum(self._prune_one(i, wanted) for i in ids))
 
     def _prune_one(self, session_id: str, wanted: PruneFilter) -> bool:
         entry = self._sessions.get(session_id)

@@ -9,7 +9,8 @@ lease, which no prune deletes).
 from __future__ import annotations
 
 import datetime
-from collections.abc import Collection, Mapping
+import itertools
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 import attrs
 
@@ -58,3 +59,11 @@ def check_prune(
     if batch < 1:
         raise ValueError(f"batch must be at least 1, got {batch}")
     return PruneFilter(before, states, metadata_filter(metadata), batch)
+
+
+def in_batches(ids: Iterable[str], size: int, delete: Callable[[list[str]], int]) -> int:
+    """Hand ``ids`` to ``delete`` (one short step each) ``size`` at a time; the total it deleted."""
+    taken, removed = iter(ids), 0
+    while batch := list(itertools.islice(taken, size)):
+        removed += delete(batch)
+    return removed
