@@ -174,6 +174,8 @@ def _block(block: Content) -> list[str]:
         first = f"redacted thinking ({len(block.data)} characters)"
     elif kind is ContentType.IMAGE or kind is ContentType.DOCUMENT:
         first = _media(block)
+    elif kind is ContentType.COMPACTION:
+        first = f"summary of messages #0 to #{block.covers - 1}: {clean(block.text)}"
     elif kind is ContentType.RAW:
         shown = f": {clean(block.text)}" if block.text else ""
         first = f"{clean_line(block.name)} block {clean_line(_raw_type(block.data))}{shown}"
@@ -240,7 +242,7 @@ def approvals(calls: Sequence[Approval]) -> list[str]:
 
 def approval_json(call: Approval) -> dict[str, Any]:
     """One call of a wait, as ``approvals --json`` writes it."""
-    fields = ("call_id", "tool", "input", "decision", "by", "reason")
+    fields = ("call_id", "tool", "input", "original_input", "decision", "by", "reason")
     return {
         **{name: getattr(call, name) for name in fields},
         "requested_at": _iso(call.requested_at),

@@ -182,8 +182,8 @@ def check_edits(approvals: Sequence[Approval], decisions: Mapping[str, Decision]
         try:
             schemas.checker(json.loads(approval.input_schema))(arguments)
         except InvalidArgumentsError as error:
-            where = f"call {call_id!r:.80} ({approval.tool})"
-            raise InvalidArgumentsError(error.field, f"{where}: {error.problem}") from None
+            where = f"the edited input of call {call_id!r:.80} ({approval.tool})"
+            raise InvalidArgumentsError(error.field, f"{error.problem}, in {where}") from None
 
 
 def wanted_input(approval: Approval, decision: Decision) -> str:

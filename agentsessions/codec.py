@@ -19,8 +19,11 @@ It also made every block carry only the fields its type uses. Rows of versions 1
 are read as they were written, except that a field a block's type does not use (which
 versions 1 and 2 kept, though the library never wrote one) is left out.
 
+Version 4 added the compaction block (a summary of the transcript's first messages) and its
+one integer field, ``covers``. Rows of version 3 read unchanged.
+
 Reading decodes with msgspec when it is installed, and with the stdlib otherwise. A row
-as this version writes it (it begins ``{"v":3,``) is decoded by msgspec straight into a
+as this version writes it (it begins ``{"v":4,``) is decoded by msgspec straight into a
 ``Message``, its types checked on the way, in three quarters of the time; anything msgspec
 refuses there (a field spelled as pieces, a row of another version, foreign text) takes
 the careful path, which decides. That path decodes with msgspec too, which returns the
@@ -39,7 +42,7 @@ from typing import Any
 from agentsessions.errors import FormatError
 from agentsessions.messages import FIELDS, STR_FIELDS, Content, Message, check_transcript
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 _PIECES_SINCE = 2  # the first version that writes a field with surrogates as a list of pieces
 _SHAPED_SINCE = 3  # the first version whose blocks carry only the fields their type uses
 _USED_FIELDS = {kind.value: used for kind, used in FIELDS.items()}
@@ -93,6 +96,8 @@ def _content_obj(block: Content) -> dict[str, Any]:
         obj["media_type"] = block.media_type
     if block.url:
         obj["url"] = block.url
+    if block.covers:
+        obj["covers"] = block.covers
     return obj
 
 
@@ -186,6 +191,7 @@ def _blocks(objs: list[Any], version: int) -> list[Content]:
                 get("data", ""),
                 get("media_type", ""),
                 get("url", ""),
+                get("covers", 0),
             )
         except (TypeError, ValueError):
             block = _rare_block(obj, version)

@@ -29,6 +29,7 @@ class ContentType(enum.StrEnum):
     IMAGE = "image"
     DOCUMENT = "document"
     RAW = "raw"
+    COMPACTION = "compaction"
 
 
 # Members by their values through a dict: calling an enum costs more than the rest of
@@ -55,7 +56,19 @@ def _role(value: str) -> Role:
 STR_FIELDS = ("text", "id", "name", "input", "tool_use_id", "signature", "data", "media_type", "url")
 """The fields of :class:`Content` that hold a str (``type`` aside)."""
 
-VALUE_FIELDS = ("text", "id", "name", "input", "tool_use_id", "is_error", "signature", "data", "media_type", "url")
+VALUE_FIELDS = (
+    "text",
+    "id",
+    "name",
+    "input",
+    "tool_use_id",
+    "is_error",
+    "signature",
+    "data",
+    "media_type",
+    "url",
+    "covers",
+)
 """The fields of :class:`Content` after ``type``, in the order its constructor takes them."""
 
 FIELDS: dict[ContentType, frozenset[str]] = {
@@ -67,11 +80,15 @@ FIELDS: dict[ContentType, frozenset[str]] = {
     ContentType.IMAGE: frozenset({"media_type", "data", "url", "tool_use_id"}),
     ContentType.DOCUMENT: frozenset({"media_type", "data", "url", "name", "tool_use_id"}),
     ContentType.RAW: frozenset({"name", "data", "text"}),
+    ContentType.COMPACTION: frozenset({"text", "covers"}),
 }
 """The fields each block type uses; every other field of a block stays at its default."""
 
 MEDIA = frozenset({ContentType.IMAGE, ContentType.DOCUMENT})
 """The block types that carry a file: base64 ``data`` or a ``url``, never both."""
+
+_DEFAULTS: dict[str, object] = {"is_error": False, "covers": 0}
+_TYPES: dict[str, type] = {"is_error": bool, "covers": int}
 
 # Per type, the values a block must leave at their defaults, picked from the tuple of its
 # values by one C-level call and compared with one tuple: the whole check costs less than
@@ -79,11 +96,22 @@ MEDIA = frozenset({ContentType.IMAGE, ContentType.DOCUMENT})
 _UNUSED = {
     kind: (
         operator.itemgetter(*(i for i, name in enumerate(VALUE_FIELDS) if name not in used)),
-        tuple(False if name == "is_error" else "" for name in VALUE_FIELDS if name not in used),
+        tuple(_DEFAULTS.get(name, "") for name in VALUE_FIELDS if name not in used),
     )
     for kind, used in FIELDS.items()
 }
 _values = operator.attrgetter(*VALUE_FIELDS)
+# The same check on a block a decoder filled (msgspec): its unused fields read straight off
+# it, without first gathering them all; media, raw and compaction blocks (which check
+# more than their unused fields) still take the whole check.
+_UNUSED_ON_BLOCK = {
+    kind: (
+        operator.attrgetter(*(name for name in VALUE_FIELDS if name not in used)),
+        _UNUSED[kind][1],
+        kind in MEDIA or kind in (ContentType.RAW, ContentType.COMPACTION),
+    )
+    for kind, used in FIELDS.items()
+}
 _set = object.__setattr__  # what a frozen class's own constructor has to use
 
 
@@ -96,10 +124,10 @@ def _refuse_bad_type(values: tuple[object, ...]) -> None:
     """Raise ``TypeError`` naming the first of a block's values of the wrong type."""
     for name, value in zip(VALUE_FIELDS, values, strict=True):
         # A check, not a bool() converter: bool("no") is True, and stored text must not flip a flag.
-        expected = bool if name == "is_error" else str
+        expected = _TYPES.get(name, str)
         if type(value) is not expected:
-            kind = expected.__name__
-            raise TypeError(f"Content.{name} must be a {kind}, got {type(value).__name__}: {value!r:.80}")
+            kind = ("an " if expected is int else "a ") + expected.__name__
+            raise TypeError(f"Content.{name} must be {kind}, got {type(value).__name__}: {value!r:.80}")
 
 
 def _check_shape(kind: ContentType, values: tuple[object, ...]) -> None:
@@ -111,9 +139,11 @@ def _check_shape(kind: ContentType, values: tuple[object, ...]) -> None:
         uses = ", ".join(sorted(used))
         raise ValueError(f"{_a(kind)} block has no {name} (it uses {uses}); got {name}={value!r:.80}")
     if kind in MEDIA:
-        _check_media(kind, *values[7:])  # type: ignore[arg-type]
+        _check_media(kind, *values[7:10])  # type: ignore[arg-type]
     elif kind is ContentType.RAW:
         _check_raw(values[2], values[7])  # type: ignore[arg-type]
+    elif kind is ContentType.COMPACTION and values[10] < 1:  # type: ignore[operator]
+        raise ValueError(f"a compaction block covers at least one message; got covers={values[10]!r}")
 
 
 def _check_media(kind: ContentType, data: str, media_type: str, url: str) -> None:
@@ -151,6 +181,9 @@ class Content:
     - ``RAW``: a block this library does not model, as the provider's own JSON text in
       ``data``, with the provider in ``name``; ``text`` is what a reader sees of it, if
       anything (a provider's cited text). It goes back verbatim to that provider only.
+    - ``COMPACTION``: a summary (``text``) of the transcript's first ``covers`` messages,
+      written by the loop when :class:`~agentsessions.spec.Compaction` is on. Requests carry
+      it in place of those messages; the store keeps them all.
 
     Every str is kept verbatim by every store and endpoint. A field of the wrong type is a
     ``TypeError``; a field the type does not use, or a missing one, a ``ValueError``.
@@ -167,6 +200,7 @@ class Content:
     data: str = ""
     media_type: str = ""
     url: str = ""
+    covers: int = 0
 
     def __init__(
         self,
@@ -181,11 +215,12 @@ class Content:
         data: str = "",
         media_type: str = "",
         url: str = "",
+        covers: int = 0,
     ) -> None:
         # Written by hand, not by attrs: checked on the arguments themselves, before the
         # eleven sets a frozen class pays for, it builds a block in two thirds of the time.
         kind = type if type.__class__ is ContentType else _content_type(type)
-        values = (text, id, name, input, tool_use_id, is_error, signature, data, media_type, url)
+        values = (text, id, name, input, tool_use_id, is_error, signature, data, media_type, url, covers)
         if not (
             text.__class__ is str
             and id.__class__ is str
@@ -197,6 +232,7 @@ class Content:
             and data.__class__ is str
             and media_type.__class__ is str
             and url.__class__ is str
+            and covers.__class__ is int
         ):
             _refuse_bad_type(values)
         _check_shape(kind, values)
@@ -211,15 +247,18 @@ class Content:
         _set(self, "data", data)
         _set(self, "media_type", media_type)
         _set(self, "url", url)
+        _set(self, "covers", covers)
 
     def __attrs_post_init__(self) -> None:
         # Only a decoder that fills the fields itself calls this (msgspec, after checking their types).
-        _check_shape(self.type, _values(self))
+        unused, defaults, whole = _UNUSED_ON_BLOCK[self.type]
+        if whole or unused(self) != defaults:
+            _check_shape(self.type, _values(self))  # decides, and names the field that is wrong
 
     def __repr__(self) -> str:
-        # The fields the block's type uses, and only those that are set: a block has eleven.
+        # The fields the block's type uses, and only those that are set: a block has twelve.
         shown = "".join(
-            f", {name}={getattr(self, name)!r}" for name in (*STR_FIELDS, "is_error") if getattr(self, name)
+            f", {name}={getattr(self, name)!r}" for name in (*STR_FIELDS, "is_error", "covers") if getattr(self, name)
         )
         return f"Content({self.type.name}{shown})"
 
@@ -267,6 +306,11 @@ class Content:
         block, if anything (a provider's cited text), and is part of :attr:`Message.text`.
         """
         return cls(ContentType.RAW, text, name=provider, data=data)
+
+    @classmethod
+    def compaction(cls, text: str, *, covers: int) -> Content:
+        """A summary of the transcript's first ``covers`` messages, which requests carry in their place."""
+        return cls(ContentType.COMPACTION, text, covers=covers)
 
     @property
     def part_of_result(self) -> bool:
@@ -316,6 +360,15 @@ class Message:
     def tool_uses(self) -> tuple[Content, ...]:
         """The tool calls in this message, in order."""
         return tuple(c for c in self.content if c.type is ContentType.TOOL_USE)
+
+
+SUMMARY_PREFIX = "Summary of the conversation so far:\n\n"
+"""What a compaction block's summary follows when an endpoint sends it to a model, as text."""
+
+
+def summary_text(block: Content) -> str:
+    """A compaction block as the text a model reads: our own words, so any provider can take it."""
+    return SUMMARY_PREFIX + block.text
 
 
 def put_results(transcript: list[Message], results: Sequence[Content]) -> None:

@@ -152,12 +152,16 @@ class Run:
                 self._error.__cause__ = error
         finally:
             self._loop.keep.let_go()
-            self._finished.set()
+            try:
+                if interrupt is None and self._loop.keep.queued and self._follow is not None:
+                    # Texts sent with if_busy="queue" or "interrupt" wait for the run after this
+                    # one; it is started before wait() returns, so a caller waiting for this run
+                    # finds that one among the runner's runs.
+                    self._follow()
+            finally:
+                self._finished.set()
         if interrupt is not None:
             raise interrupt
-        if self._loop.keep.queued and self._follow is not None:
-            # Texts sent with if_busy="queue" or "interrupt" wait for the run after this one.
-            self._follow()
 
     def _stop(self, end: RunState) -> None:
         """After a failure or an interrupt, save what the run has and release its session as ``end``, if we can."""

@@ -266,6 +266,31 @@ class MetadataStore(RunStore, Protocol):
 
 
 @runtime_checkable
+class PruneStore(Protocol):
+    """A store that deletes old sessions in bulk: a capability of its own, beside :class:`RunStore`.
+
+    ``prune`` deletes, in batches of at most ``batch`` sessions (each its own short step), the
+    sessions last updated before ``updated_before`` (an aware datetime) in ``state`` (by
+    default the ended ones: idle, finished, failed, cancelled; ``WAITING`` only when named;
+    never ``RUNNING``, a session under a live lease) holding every pair of ``metadata``, and
+    says how many went. Each session goes whole, as ``delete`` removes it, decided in the step
+    that deletes it: a claim racing the prune either keeps its session or finds none.
+    Bad arguments raise ``TypeError`` or ``ValueError`` before any I/O.
+    """
+
+    def prune(
+        self,
+        *,
+        updated_before: datetime.datetime,
+        state: RunState | Collection[RunState] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        batch: int = 500,
+    ) -> int:
+        """Delete the old sessions the arguments name; the number deleted."""
+        ...
+
+
+@runtime_checkable
 class ForkStore(Protocol):
     """A store that can fork a session: a capability of its own, beside :class:`RunStore`."""
 

@@ -12,6 +12,7 @@ its seed. ``-s`` prints the counts.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import threading
@@ -61,27 +62,34 @@ def waiting_session(store: agent.RunStore, session_id: str) -> None:
     store.wait(claim, [agent.Approval(c, "delete", '{"path": "x"}', utcnow()) for c in CALLS])
 
 
+def at_one_signal(target: Any, opener: Opener, session_id: str, rng: random.Random, where: str) -> list[Any]:
+    """Start ``DECIDERS`` processes running ``target`` (in an order drawn from ``rng``), signal them at once, and
+    return their reports."""
+    ctx = context()
+    go = ctx.Event()
+    pipe, child = ctx.Pipe(duplex=False)
+    order = rng.sample(range(DECIDERS), DECIDERS)  # who starts first varies by trial
+    processes = [ctx.Process(target=target, args=(opener, session_id, n, go, child)) for n in order]
+    for process in processes:
+        process.start()
+    child.close()
+    go.set()
+    reports = [pipe.recv() for _ in processes if pipe.poll(SECONDS)]
+    for process in processes:
+        process.join(SECONDS)
+        assert process.exitcode == 0, f"{where}: a decider exited {process.exitcode}"
+    return reports
+
+
 def test_racing_deciders_in_processes_record_one_decision_per_call(opener: Opener) -> None:
     print(f"\nseed {SEED}")
-    ctx = context()
     tally: Counter[str] = Counter()
     rng = random.Random(SEED)
     with opener() as store:
         for trial in range(TRIALS):
             session_id = f"decide-{os.getpid()}-{SEED}-{trial}"
             waiting_session(store, session_id)
-            go = ctx.Event()
-            pipe, child = ctx.Pipe(duplex=False)
-            order = rng.sample(range(DECIDERS), DECIDERS)  # who starts first varies by trial
-            processes = [ctx.Process(target=decider, args=(opener, session_id, n, go, child)) for n in order]
-            for process in processes:
-                process.start()
-            child.close()
-            go.set()
-            reports = [pipe.recv() for _ in processes if pipe.poll(SECONDS)]
-            for process in processes:
-                process.join(SECONDS)
-                assert process.exitcode == 0, f"seed {SEED} trial {trial}: a decider exited {process.exitcode}"
+            reports = at_one_signal(decider, opener, session_id, rng, f"seed {SEED} trial {trial}")
             where = f"seed {SEED} trial {trial}: {sorted(reports)}"
             assert len(reports) == DECIDERS and not [r for r in reports if r[2].startswith("error")], where
             stored = {a.call_id: a.decision for a in store.approvals(session_id)}
@@ -179,3 +187,53 @@ def test_send_rejecting_races_a_decision_and_the_text_is_answered_once(opener: O
             tally[str(approval.decision)] += 1
             store.delete(session_id)
     print(f"\nseed {SEED}: {dict(tally)}")
+
+
+def editor(opener: Opener, session_id: str, n: int, go: Any, reports: Connection) -> None:
+    """Approve ``c1`` with the input ``{"path": "p<n>"}`` once, at the signal; report what happened."""
+    with opener() as store:
+        session = agent.open(session_id, store)
+        text = json.dumps({"path": f"p{n}"})
+        go.wait(SECONDS)
+        try:
+            state = session.approve("c1", by=f"d{n}", input=text)
+        except agent.ConflictError:
+            reports.send((n, text, "conflict"))
+        except Exception as error:  # reported, so the test names it
+            reports.send((n, text, f"error {error!r}"))
+        else:
+            reports.send((n, text, state.value))
+
+
+def test_racing_deciders_with_different_inputs_one_wins_and_its_input_runs(opener: Opener) -> None:
+    print(f"\nseed {SEED}")
+    ran: list[str] = []
+
+    @agent.tool(needs_approval=True)
+    def delete(path: str) -> str:
+        """Delete a file."""
+        ran.append(path)
+        return f"deleted {path}"
+
+    rng, tally = random.Random(SEED), Counter[str]()
+    with opener() as store:
+        for trial in range(TRIALS):
+            ran.clear()
+            session = agent.open(f"edit-race-{os.getpid()}-{SEED}-{trial}", store)
+            spec = agent.Spec(session=session, tools=[delete], journal=True)
+            use = agent.Content.tool_use("c1", "delete", '{"path": "asked"}')
+            endpoint = ScriptedEndpoint([agent.Message(agent.Role.ASSISTANT, [use]), agent.Message.assistant("done")])
+            agent.Runner().run(spec, [agent.Message.user("tidy")], endpoint)
+            reports = at_one_signal(editor, opener, session.id, rng, f"seed {SEED} trial {trial}")
+            where = f"seed {SEED} trial {trial}: {sorted(reports)}"
+            winners = [text for _, text, outcome in reports if outcome == "waiting"]
+            assert len(reports) == DECIDERS and len(winners) == 1, where
+            assert sorted(outcome for *_, outcome in reports) == ["conflict"] * (DECIDERS - 1) + ["waiting"], where
+            [approval] = session.approvals()
+            assert (approval.input, approval.original_input) == (winners[0], '{"path": "asked"}'), where
+            assert session.messages()[-1].content[0].input == winners[0], where  # exactly the winner's input
+            assert agent.Runner().run(spec, agent.Resume(), endpoint).text == "done", where
+            assert ran == [json.loads(winners[0])["path"]], where  # the tool ran once, with it
+            tally["one winner, the rest ConflictError, the tool ran with the winner's input"] += 1
+            session.delete()
+    print(dict(tally))

@@ -519,6 +519,28 @@ def test_show_prints_every_block_type(sqlite_url: tuple[str, agent.RunStore]) ->
     assert "    document 'a.pdf' from tool call [call-1]: application/pdf, 8 base64 characters\n" in text
 
 
+def test_approve_with_an_edited_input(backend: Backend) -> None:
+    url, store = backend.url, backend.store
+
+    @agent.tool(needs_approval=True)
+    def delete(path: str) -> str:
+        """Delete a file."""
+        return f"deleted {path}"
+
+    session = agent.open("edit", store)
+    uses = [agent.Content.tool_use("c1", "delete", '{"path": "a"}')]
+    endpoint = ScriptedEndpoint([agent.Message(agent.Role.ASSISTANT, uses), agent.Message.assistant("done")])
+    spec = agent.Spec(session=session, tools=[delete])
+    agent.Runner().run(spec, [agent.Message.user("tidy up")], endpoint)
+    misfit = cli("--store", url, "approve", "edit", "c1", "--input", '{"path": 3}')
+    assert misfit.code == 2 and "path: expected string" in misfit.err, misfit.err
+    assert cli("--store", url, "approve", "edit", "c1", "--input", '{"path": "b"}').lines() == ["waiting"]
+    called = json.loads(cli("--store", url, "approvals", "edit", "--json").lines()[0])
+    assert (called["input"], called["original_input"]) == ('{"path": "b"}', '{"path": "a"}')
+    assert cli("--store", url, "approve", "edit", "c1", "--input", '{"path": "c"}').code == 3
+    assert agent.Runner().run(spec, agent.Resume(), endpoint).messages[2].content[0].text == "deleted b"
+
+
 def test_approvals_approve_reject_and_list_waiting(backend: Backend) -> None:
     url, store = backend.url, backend.store
 
@@ -553,5 +575,7 @@ def test_approvals_approve_reject_and_list_waiting(backend: Backend) -> None:
         ("c2", "rejected", "", "keep b"),
     ]
     assert cli("--store", url, "approve", "nope", "c1").code == 1  # no such session
+    bad = cli("--store", url, "approve", "tidy", "c1", "--input", "{path")
+    assert bad.code == 2 and "not valid JSON" in bad.err and bad.err.startswith("agentsessions: ")
     assert cli("--store", url, "cancel", "tidy").code == 0
     assert store.info("tidy").state is agent.RunState.CANCELLED

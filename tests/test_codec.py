@@ -124,7 +124,7 @@ def test_any_str_in_any_field_round_trips(text: str, other: str, tool_input: str
 def test_a_field_with_surrogates_is_stored_as_pieces_and_others_as_plain_strings() -> None:
     message = agent.Message(agent.Role.USER, [agent.Content.tool_result("t1", "x\ud83d\ude00y😀")])
     assert codec.dump_message(message) == (
-        '{"v":3,"role":"user","content":[{"type":"tool_result","text":["x",55357,56832,"y😀"],"tool_use_id":"t1"}]}'
+        '{"v":4,"role":"user","content":[{"type":"tool_result","text":["x",55357,56832,"y😀"],"tool_use_id":"t1"}]}'
     )
 
 
@@ -133,7 +133,7 @@ def test_the_new_fields_are_written_only_when_set() -> None:
         agent.Role.ASSISTANT, [agent.Content.thinking("hm", "sig"), agent.Content.image(url="https://x/a.png")]
     )
     assert codec.dump_message(message) == (
-        '{"v":3,"role":"assistant","content":[{"type":"thinking","text":"hm","signature":"sig"},'
+        '{"v":4,"role":"assistant","content":[{"type":"thinking","text":"hm","signature":"sig"},'
         '{"type":"image","url":"https://x/a.png"}]}'
     )
 
@@ -218,13 +218,71 @@ def _written_then(version: int) -> list[agent.Message]:
     ]
 
 
-@pytest.mark.parametrize("version", [1, 2])
-def test_rows_and_transcripts_of_older_versions_read_unchanged(version: int) -> None:
+def _written_by_3() -> list[agent.Message]:
+    # Version 3 added thinking, media and raw blocks; its fixtures hold one of each.
+    C = agent.Content
+    return [
+        agent.Message.user(
+            "find the bug \x00 in ünïcode 🐛, lone \ud83d, pair \ud83d\ude00",
+            C.image(media_type="image/png", data="iVBORw0KGgo="),
+        ),
+        agent.Message(
+            agent.Role.ASSISTANT,
+            [
+                C.thinking("hmm", "sig=="),
+                C.redacted_thinking("opaque"),
+                C.of_text("let me look"),
+                C.tool_use("t1", "grep", TOOL_ARGS),
+            ],
+        ),
+        agent.Message(
+            agent.Role.USER,
+            [
+                C.tool_result("t1", "boom", is_error=True),
+                C.document(url="https://example.com/a.pdf", name="a"),
+                C.of_text("steer: hurry"),
+            ],
+        ),
+        agent.Message(
+            agent.Role.ASSISTANT, [C.raw("anthropic", '{"type":"server_tool_use","id":"s1"}'), C.of_text("done")]
+        ),
+    ]
+
+
+def _written_by_4() -> list[agent.Message]:
+    # Version 4 added the compaction block; its fixtures are version 3's with one after them.
+    summary = "Summary: the user asked to find a bug; grep failed (boom); the answer was done. \ud83d"
+    return [*_written_by_3(), agent.Message(agent.Role.USER, [agent.Content.compaction(summary, covers=3)])]
+
+
+def _written(version: int) -> list[agent.Message]:
+    return {3: _written_by_3, 4: _written_by_4}.get(version, lambda: _written_then(version))()
+
+
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
+def test_rows_and_transcripts_of_every_version_read_unchanged(version: int) -> None:
     rows = (ROWS / f"v{version}_rows.jsonl").read_text(encoding="utf-8").splitlines()
     assert all(row.startswith(f'{{"v":{version},') for row in rows)
-    assert [codec.load_message(row) for row in rows] == _written_then(version)
-    assert [codec.load_message(row.encode()) for row in rows] == _written_then(version)
-    assert agent.loads((ROWS / f"v{version}_transcript.json").read_text(encoding="utf-8")) == _written_then(version)
+    assert [codec.load_message(row) for row in rows] == _written(version)
+    assert [codec.load_message(row.encode()) for row in rows] == _written(version)
+    assert agent.loads((ROWS / f"v{version}_transcript.json").read_text(encoding="utf-8")) == _written(version)
+
+
+def test_the_newest_fixtures_are_what_this_version_writes() -> None:
+    # So the version-4 fixtures above are this code's own output, not hand-written text.
+    rows = (ROWS / f"v{agent.FORMAT_VERSION}_rows.jsonl").read_text(encoding="utf-8").splitlines()
+    assert rows == [codec.dump_message(m) for m in _written(agent.FORMAT_VERSION)]
+
+
+def test_a_compaction_block_covers_at_least_one_message_and_counts_in_an_int() -> None:
+    with pytest.raises(ValueError, match="covers at least one message"):
+        agent.Content.compaction("s", covers=0)
+    with pytest.raises(TypeError, match="covers must be an int"):
+        agent.Content.compaction("s", covers="3")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="a text block has no covers"):
+        agent.Content(agent.ContentType.TEXT, "x", covers=2)
+    block = agent.Content.compaction("s", covers=2)
+    assert agent.Message(agent.Role.USER, [block]).text == ""  # a summary is not the user's text
 
 
 def test_an_old_row_with_a_field_its_type_does_not_use_is_read_without_it() -> None:
@@ -237,7 +295,7 @@ def test_an_old_row_with_a_field_its_type_does_not_use_is_read_without_it() -> N
 @pytest.mark.parametrize(
     ("row", "complaint"),
     [
-        ('{"v":4,"role":"user","content":[]}', "format version 4, newer than this agentsessions reads"),
+        ('{"v":5,"role":"user","content":[]}', "format version 5, newer than this agentsessions reads"),
         ('{"v":3,"role":"user","content":[{"type":"raw","name":"anthropic","data":"{oops"}]}', "not JSON"),
         ('{"v":3,"role":"user","content":[{"type":"raw","name":"anthropic","data":"[1]"}]}', "JSON object"),
         ('{"v":3,"role":"user","content":[{"type":"image","data":"AA","url":"u","media_type":"x"}]}', "exactly one"),

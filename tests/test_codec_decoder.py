@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import agentsessions as agent
-from agentsessions import codec
+from agentsessions import codec, messages
 
 # Any code point, surrogates included, so lone and adjacent pairs of them come up.
 texts = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF), max_size=40)
@@ -81,6 +81,7 @@ def test_the_new_blocks_are_read_straight_and_checked_as_the_constructor_checks_
             C.raw("anthropic", '{"type":"server_tool_use","id":"s1"}'),
             C.image(media_type="image/png", data="iVBORw0KGgo="),
             C.document(url="https://example.com/a.pdf", name="a"),
+            C.compaction("the story so far", covers=7),
         ],
     )
     row = codec.dump_message(message)
@@ -92,15 +93,17 @@ def test_the_new_blocks_are_read_straight_and_checked_as_the_constructor_checks_
 @pytest.mark.parametrize(
     ("row", "error"),
     [
-        ('{"v":3,"role":"user","content":[{"type":"tool_result","is_error":1}]}', "is_error must be a bool"),
-        ('{"v":3,"role":"user","content":[{"type":"text","text":"a","is_error":true}]}', "has no is_error"),
-        ('{"v":3,"role":"user","content":[{"type":"image","data":"AA"}]}', "needs its media_type"),
-        ('{"v":3,"role":"user","content":[{"type":"raw","name":"x","data":"1"}]}', "JSON object"),
+        ('{"v":4,"role":"user","content":[{"type":"tool_result","is_error":1}]}', "is_error must be a bool"),
+        ('{"v":4,"role":"user","content":[{"type":"text","text":"a","is_error":true}]}', "has no is_error"),
+        ('{"v":4,"role":"user","content":[{"type":"image","data":"AA"}]}', "needs its media_type"),
+        ('{"v":4,"role":"user","content":[{"type":"raw","name":"x","data":"1"}]}', "JSON object"),
+        ('{"v":4,"role":"user","content":[{"type":"compaction","text":"s","covers":0}]}', "covers at least one"),
+        ('{"v":4,"role":"user","content":[{"type":"compaction","text":"s","covers":true}]}', "covers must be an int"),
         ('{"v":2,"role":"user","content":[{"type":"image"}]}', "malformed message"),
         ('{"v":2,"role":"system","content":[]}', "malformed message"),
         ('{"v":2,"role":"user"}', "malformed message"),
         ('{"v":2,"role":"user","content":[]} trailing', "not JSON"),
-        ('{"v":4,"role":"user","content":[]}', "newer than this agentsessions reads"),
+        ('{"v":5,"role":"user","content":[]}', "newer than this agentsessions reads"),
     ],
 )
 def test_a_row_the_fast_path_refuses_gets_the_careful_paths_error(row: str, error: str) -> None:
@@ -108,3 +111,39 @@ def test_a_row_the_fast_path_refuses_gets_the_careful_paths_error(row: str, erro
         codec.load_message(row)
     with pytest.raises(agent.FormatError, match=error):
         codec.load_message(row.encode())
+
+
+# Each block type with every field it leaves at its default: a minimal valid block, then one
+# more field set. The fast decoder's own check (Content.__attrs_post_init__) must refuse each.
+_MINIMAL: dict[str, dict[str, object]] = {
+    "text": {"text": "a"},
+    "tool_use": {"id": "c", "name": "add", "input": "{}"},
+    "tool_result": {"tool_use_id": "c", "text": "2"},
+    "thinking": {"text": "hm"},
+    "redacted_thinking": {"data": "b3Bh"},
+    "image": {"media_type": "image/png", "data": "AA"},
+    "document": {"url": "https://example.com/a.pdf"},
+    "raw": {"name": "anthropic", "data": "{}"},
+    "compaction": {"text": "summary", "covers": 2},
+}
+_STRAY = [
+    (kind, name)
+    for kind in _MINIMAL
+    for name in messages.VALUE_FIELDS
+    if name not in messages.FIELDS[agent.ContentType(kind)]
+]
+
+
+@needs_fast
+@pytest.mark.parametrize(("kind", "name"), _STRAY)
+def test_a_stored_block_with_a_field_its_type_does_not_use_is_refused_on_the_fast_path(kind: str, name: str) -> None:
+    block: dict[str, object] = {"type": kind, **_MINIMAL[kind]}
+    assert codec._decode_message is not None
+    # The minimal block reads: what follows is refused for the one field added.
+    codec._decode_message(json.dumps({"v": codec.FORMAT_VERSION, "role": "user", "content": [block]}))
+    block[name] = {"is_error": True, "covers": 1}.get(name, "x")
+    row = json.dumps({"v": codec.FORMAT_VERSION, "role": "user", "content": [block]})
+    with pytest.raises(ValueError, match=f"has no {name}"):
+        codec._decode_message(row)
+    with pytest.raises(agent.FormatError, match=f"has no {name}"):
+        codec.load_message(row)

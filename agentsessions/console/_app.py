@@ -259,18 +259,20 @@ class Console:
         return self._back(root, info.id, "wait-ended" if info.state is RunState.WAITING else "cancelling")
 
     def _approve(self, root: str, form: Params) -> Response:
-        return self._decide(root, form, Decision.approve(by=form.get("by", [""])[0]))
+        by, edited = form.get("by", [""])[0], _edited(form)
+        return self._decide(root, form, lambda: Decision.approve(by=by, input=edited))
 
     def _reject(self, root: str, form: Params) -> Response:
-        decision = Decision.reject(reason=form.get("reason", [""])[0], by=form.get("by", [""])[0])
-        return self._decide(root, form, decision)
+        reason, by = form.get("reason", [""])[0], form.get("by", [""])[0]
+        return self._decide(root, form, lambda: Decision.reject(reason=reason, by=by))
 
-    def _decide(self, root: str, form: Params, decision: Decision) -> Response:
-        """Record ``decision`` on the form's call; a call decided elsewhere meanwhile is a 409 page.
+    def _decide(self, root: str, form: Params, decision: Callable[[], Decision]) -> Response:
+        """Record ``decision()`` on the form's call; a call decided elsewhere meanwhile is a 409 page.
 
         The page of a conflict says why and shows the wait as it stands. The form carries
         the input the page showed (``seen``): a call that now holds another input is a
-        conflict too, so nobody decides on what they did not see.
+        conflict too, so nobody decides on what they did not see. A bad edited input (a
+        ``ValueError`` naming the field) is a 400 page saying so.
         """
         info = self._known(_one(form, "id"))
         if not isinstance(self.store, ApprovalStore):
@@ -278,15 +280,16 @@ class Console:
         call_id, seen = _one(form, "call"), form.get("seen")
         back = _html.session_link(root, info.id)
         try:
+            made = decision()
             current = {call.call_id: call for call in self._calls(info)}.get(call_id)
-            if seen is not None and current is not None and current.input != seen[0]:
+            if seen is not None and current is not None and _asked(current) != seen[0]:
                 raise ConflictError(f"call {call_id!r:.80} holds another input than the page showed")
-            open_session(info.id, self.store).decide({call_id: decision})
+            open_session(info.id, self.store).decide({call_id: made})
         except ConflictError as error:
             return _page(409, _html.layout(root, "Conflict", self._conflict(root, info.id, str(error), back)))
-        except ValueError as error:  # a decision the store refuses: its message names what is wrong
+        except ValueError as error:  # a bad edited input: the message names the field
             raise Refused(400, str(error), back) from None
-        return self._back(root, info.id, decision.decision)
+        return self._back(root, info.id, made.decision)
 
     def _fork(self, root: str, form: Params) -> Response:
         info = self._known(_one(form, "id"))
@@ -374,6 +377,24 @@ def _one(params: Params, name: str) -> str:
     if not values:
         raise Refused(400, f"the request has no {name}")
     return values[0]
+
+
+def _edited(form: Params) -> str | None:
+    """The approve form's input when the person changed it; ``None`` to run the call as the model wrote it.
+
+    Browsers send a textarea's line breaks as CRLF: they are made LF again, so an input
+    that was only looked at is not taken for an edit.
+    """
+    shown, seen = form.get("input"), form.get("seen")
+    if not shown or not seen:
+        return None
+    text = shown[0].replace("\r\n", "\n")
+    return None if text == seen[0] else text
+
+
+def _asked(call: Approval) -> str:
+    """The input the model asked for: what an approve form shows (an edit replaces ``input``)."""
+    return call.input if call.original_input is None else call.original_input
 
 
 def _whole(text: str, name: str) -> int:

@@ -83,6 +83,11 @@ def block(content: Content) -> str:
         )
     if kind is ContentType.IMAGE or kind is ContentType.DOCUMENT:
         return _media(content)
+    if kind is ContentType.COMPACTION:
+        return (
+            f'<div class="compaction"><span class="label">summary of messages #0 to #{content.covers - 1}</span>'
+            f'<div class="text">{escape(content.text)}</div></div>'
+        )
     return _raw(content)
 
 

@@ -228,7 +228,10 @@ def _approval(root: str, hidden: str, call: Approval) -> str:
     )
     box = f'<div class="approval" data-call="{escape(call.call_id)}">{head}'
     if call.decision is not None or not hidden:
-        return f'{box}<pre class="input">{escape(call.input)}</pre>{_decision(call)}</div>'
+        asked = ""
+        if call.original_input is not None:  # approved with an edited input: what the model asked, too
+            asked = f'<p class="asked">the model asked: <code>{escape(call.original_input)}</code></p>'
+        return f'{box}<pre class="input">{escape(call.input)}</pre>{asked}{_decision(call)}</div>'
     # Each form names the call and the input it shows: the console refuses a decision on a
     # call that changed since the page showed it.
     which = hidden + (
@@ -239,7 +242,7 @@ def _approval(root: str, hidden: str, call: Approval) -> str:
     return (
         f'{box}<form method="post" action="{root}/approve">{which}'
         # The newline after <textarea>: a parser drops one there, so the input keeps its own.
-        '<label>input <textarea name="input" rows="3" readonly aria-label="input">\n'
+        '<label>input <textarea name="input" rows="3" aria-label="input">\n'
         f"{escape(call.input)}</textarea></label>"
         f'{who}<button type="submit" name="do" value="approve">Approve</button></form>'
         f'<form method="post" action="{root}/reject">{which}'

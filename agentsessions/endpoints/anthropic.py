@@ -68,7 +68,7 @@ from agentsessions.endpoint import ModelRequest, ModelResponse
 from agentsessions.endpoints._anthropic_read import Stream, dump_input, read_message
 from agentsessions.endpoints._headers import check_headers
 from agentsessions.endpoints._http import HTTPEndpoint, HTTPOptions, Verbatim, load_json
-from agentsessions.messages import MEDIA, Content, ContentType, Message
+from agentsessions.messages import MEDIA, Content, ContentType, Message, summary_text
 from agentsessions.tools import Tool
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -370,6 +370,8 @@ def _wire_block(block: Content) -> Any:
         return {"type": "redacted_thinking", "data": block.data}
     if kind in MEDIA:
         return _media(block)
+    if kind is ContentType.COMPACTION:
+        return {"type": "text", "text": summary_text(block)}
     if kind is ContentType.RAW:
         if block.name == PROVIDER:
             return Verbatim(block.data)

@@ -49,7 +49,7 @@ import attrs
 
 from agentsessions.endpoint import ModelRequest, ModelResponse, Usage
 from agentsessions.endpoints._http import HTTPEndpoint, HTTPOptions, token_count
-from agentsessions.messages import MEDIA, Content, ContentType, Message, Role
+from agentsessions.messages import MEDIA, Content, ContentType, Message, Role, summary_text
 from agentsessions.tools import Tool
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -155,9 +155,11 @@ def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
 def _text_parts(message: Message) -> list[dict[str, Any]]:
     # A RAW block's text (another provider's cited text) is text here; the rest of it is left out.
     return [
-        {"type": "text", "text": block.text}
+        {"type": "text", "text": summary_text(block) if block.type is ContentType.COMPACTION else block.text}
         for block in message.content
-        if block.type is ContentType.TEXT or (block.type is ContentType.RAW and block.text)
+        if block.type is ContentType.TEXT
+        or (block.type is ContentType.RAW and block.text)
+        or block.type is ContentType.COMPACTION
     ]
 
 
@@ -189,6 +191,8 @@ def _user(message: Message) -> list[dict[str, Any]]:
             parts.append(_media_part(block))
         elif block.type is ContentType.TEXT or (block.type is ContentType.RAW and block.text):
             parts.append({"type": "text", "text": block.text})
+        elif block.type is ContentType.COMPACTION:
+            parts.append({"type": "text", "text": summary_text(block)})
     if parts or not wire:
         wire.append({"role": "user", "content": _content(parts) if parts else ""})
     return wire

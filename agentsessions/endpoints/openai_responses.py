@@ -43,7 +43,7 @@ from agentsessions.endpoint import ModelRequest, ModelResponse
 from agentsessions.endpoints._http import HTTPEndpoint, HTTPOptions, Verbatim
 from agentsessions.endpoints._responses_read import PROVIDER, Stream, read_response
 from agentsessions.endpoints.openai import DEFAULT_BASE_URL
-from agentsessions.messages import MEDIA, Content, ContentType, Message, Role
+from agentsessions.messages import MEDIA, Content, ContentType, Message, Role, summary_text
 from agentsessions.tools import Tool
 
 INCLUDE = ["reasoning.encrypted_content"]
@@ -166,6 +166,8 @@ def _assistant(message: Message) -> list[Any]:
         if _is_text(block):
             if block.text:
                 texts.append({"type": "output_text", "text": block.text})
+        elif block.type is ContentType.COMPACTION:
+            texts.append({"type": "output_text", "text": summary_text(block)})
         elif block.type is ContentType.TOOL_USE:
             flush()
             items.append({"type": "function_call", "call_id": block.id, "name": block.name, "arguments": block.input})
@@ -197,6 +199,8 @@ def _user(message: Message) -> list[Any]:
             parts.append(_media_part(block))
         elif _is_text(block) and block.text:
             parts.append({"type": "input_text", "text": block.text})
+        elif block.type is ContentType.COMPACTION:
+            parts.append({"type": "input_text", "text": summary_text(block)})
     if parts or not items:
         items.append({"type": "message", "role": "user", "content": parts or [{"type": "input_text", "text": ""}]})
     return items

@@ -94,6 +94,7 @@ CONTENT = st.one_of(
     _media(ContentType.IMAGE),
     _media(ContentType.DOCUMENT),
     _raw_block(),
+    st.builds(Content.compaction, TEXT, covers=st.integers(1, 2**53)),
 )
 MESSAGE = st.builds(Message, st.sampled_from(Role), st.lists(CONTENT, max_size=3))
 

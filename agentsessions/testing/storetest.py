@@ -258,6 +258,7 @@ def _carrying(text: str) -> list[Message]:
         Message.user(text),
         Message(Role.ASSISTANT, [Content.of_text(text), Content.tool_use(text, text, text)]),
         Message(Role.USER, [Content.tool_result(text, text, is_error=True)]),
+        Message(Role.USER, [Content.compaction(text, covers=3)]),  # a summary, and the int it carries
     ]
 
 

@@ -14,9 +14,11 @@ Routes (JSON in, JSON out):
   its text once (409 when the key came with another text).
 - ``POST /conversations/<id>/cancel``: ``session.cancel()``, from any replica.
 - ``POST /conversations/<id>/approvals/<call_id>`` ``{"decision": "approve" | "reject",
-  "reason": ..., "by": ...}``: a person's decision on a call the conversation waits for
-  (the model asks to ``close_account`` when told "close my account"); once every call is
-  decided, this replica starts the run that goes on. 409 for a call decided otherwise.
+  "reason": ..., "by": ..., "input": {...}}``: a person's decision on a call the conversation
+  waits for (the model asks to ``close_account`` when told "close my account"); an approval's
+  optional ``input`` runs the call with those arguments instead (400 when they do not fit
+  the tool's schema); once every call is decided, this replica starts the run that goes on.
+  409 for a call decided otherwise.
 - ``GET /conversations/<id>``: the transcript and the session's record (state, holder, lease).
 
 The service itself is ``examples/service/conversations.py``, shared with ``examples/django``; this

@@ -289,19 +289,31 @@ def cancel(conversations: Conversations, conversation_id: str) -> dict[str, Any]
 def approval(conversations: Conversations, conversation_id: str, call_id: str, body: object) -> Answer:
     """A person's decision on a waiting call, from any replica; once every call is decided, the run goes on here.
 
-    The body is ``{"decision": "approve" | "reject", "reason": "...", "by": "..."}``. 409 when
-    the call was decided the other way or is not waiting (the same decision again is a 200).
+    The body is ``{"decision": "approve" | "reject", "reason": "...", "by": "..."}``; an approval
+    may carry ``"input": {...}``, the arguments the call runs with instead of the model's
+    (checked against the tool's schema: 400 naming the field that does not fit). 409 when the
+    call was decided the other way (or approved with another input) or is not waiting (the
+    same decision again is a 200).
     """
     fields = body if isinstance(body, dict) else {}
     kind, reason, by = fields.get("decision"), fields.get("reason", ""), fields.get("by", "")
+    edited = fields.get("input")
     if kind not in ("approve", "reject") or not isinstance(reason, str) or not isinstance(by, str):
         return {"error": 'the body must be JSON {"decision": "approve" | "reject", "reason": "...", "by": "..."}'}, 400
-    decision = agent.Decision.approve(by=by) if kind == "approve" else agent.Decision.reject(reason=reason, by=by)
+    if edited is not None and (kind != "approve" or not isinstance(edited, dict)):
+        return {"error": 'only an approval carries an "input", and it is a JSON object'}, 400
     session = conversations.session(conversation_id)
     try:
+        if kind == "approve":
+            text = None if edited is None else json.dumps(edited, ensure_ascii=False)
+            decision = agent.Decision.approve(by=by, input=text)
+        else:
+            decision = agent.Decision.reject(reason=reason, by=by)
         state = session.decide({call_id: decision})
     except agent.ConflictError as error:
         return {"error": str(error)}, 409
+    except (ValueError, TypeError) as error:  # an input that does not fit, or a store without edits
+        return {"error": str(error)}, 400
     started = False
     if state is agent.RunState.WAITING and session.info().pending_approvals == 0:
         with contextlib.suppress(agent.ConflictError):  # another replica's decision started it an instant before

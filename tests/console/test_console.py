@@ -539,3 +539,30 @@ def test_cancel_on_a_waiting_session_ends_the_wait(base: str, store: sqlite.SQLi
     answered = [c for c in store.messages("tidy")[-1].content if c.type is ContentType.TOOL_RESULT]
     assert [(c.tool_use_id, c.is_error) for c in answered] == [("c1", True), ("c2", True)]
     assert "notice=no-run" in post(base, "cancel", "tidy", csrf(page)).headers["Location"]  # nothing left to end
+
+
+def test_an_approval_with_an_edited_input_runs_the_edit_and_a_bad_edit_is_refused_naming_the_field(
+    base: str, store: sqlite.SQLiteStore
+) -> None:
+    wait = Waiting(store, "tidy")
+    token = csrf(get(f"{base}/session?id=tidy").text)
+    seen = '{"path": "a.txt"}'
+    wrong = post(base, "approve", "tidy", token, call="c1", seen=seen, input='{"path": 3}')
+    assert wrong.status_code == 400 and "path" in wrong.text and 'href="/session?id=tidy"' in wrong.text
+    not_json = post(base, "approve", "tidy", token, call="c1", seen=seen, input='{"path": ')
+    assert not_json.status_code == 400 and "not valid JSON" in not_json.text
+    assert store.info("tidy").pending_approvals == 2  # neither refused edit decided anything
+    looked_at = post(base, "approve", "tidy", token, call="c2", seen='{"path": "b.txt"}', input='{"path": "b.txt"}')
+    assert looked_at.status_code == 303
+    edit = '{\r\n  "path": "a-copy.txt"\r\n}'  # as a browser sends a textarea's line breaks
+    approved = post(base, "approve", "tidy", token, call="c1", seen=seen, input=edit, by="ann")
+    assert approved.status_code == 303 and "notice=approved" in approved.headers["Location"]
+    again = post(base, "approve", "tidy", token, call="c1", seen=seen, input=edit, by="ann")  # a resent form
+    assert again.status_code == 303
+    calls = {call.call_id: call for call in store.approvals("tidy")}
+    assert (calls["c1"].input, calls["c1"].original_input) == ('{\n  "path": "a-copy.txt"\n}', seen)
+    assert (calls["c2"].input, calls["c2"].original_input) == ('{"path": "b.txt"}', None)
+    page = get(f"{base}/session?id=tidy").text
+    assert "the model asked: <code>{&quot;path&quot;: &quot;a.txt&quot;}</code>" in page
+    wait.resume()
+    assert wait.ran == ["a-copy.txt", "b.txt"]

@@ -317,12 +317,19 @@ def test_a_wait_is_decided_in_the_page_and_the_resumed_run_follows_the_decisions
     shown = approval_form(browser, "c1", "approve").find_element(By.NAME, "input").get_attribute("value")
     assert shown == '{"path": "a.txt"}'
 
-    by = approval_form(browser, "c1", "approve").find_element(By.NAME, "by")
+    approve = approval_form(browser, "c1", "approve")
+    edited = approve.find_element(By.NAME, "input")
+    edited.clear()
+    edited.send_keys('{"path": "a-copy.txt"}')  # the person runs it on the copy instead
+    by = approve.find_element(By.NAME, "by")
     by.clear()
     by.send_keys("ann")
-    approval_form(browser, "c1", "approve").find_element(By.CSS_SELECTOR, 'button[value="approve"]').click()
+    approve.find_element(By.CSS_SELECTOR, 'button[value="approve"]').click()
     wait(browser).until(lambda _: "Approved" in browser.find_element(By.CLASS_NAME, "notice").text)
-    assert "approved by ann" in browser.find_element(By.CSS_SELECTOR, '.approval[data-call="c1"]').text
+    decided = browser.find_element(By.CSS_SELECTOR, '.approval[data-call="c1"]').text
+    assert (
+        "approved by ann" in decided and '"a-copy.txt"' in decided and 'the model asked: {"path": "a.txt"}' in decided
+    )
     reject = approval_form(browser, "c2", "reject")
     reject.find_element(By.NAME, "reason").send_keys("keep b.txt, it is the backup")
     reject.find_element(By.CSS_SELECTOR, 'button[value="reject"]').click()
@@ -332,6 +339,7 @@ def test_a_wait_is_decided_in_the_page_and_the_resumed_run_follows_the_decisions
 
     calls = {call.call_id: call for call in store.approvals("tidy")}
     assert (calls["c1"].decision, calls["c1"].by) == ("approved", "ann")
+    assert (calls["c1"].input, calls["c1"].original_input) == ('{"path": "a-copy.txt"}', '{"path": "a.txt"}')
     assert (calls["c2"].decision, calls["c2"].reason, calls["c2"].by) == (
         "rejected",
         "keep b.txt, it is the backup",
@@ -344,9 +352,11 @@ def test_a_wait_is_decided_in_the_page_and_the_resumed_run_follows_the_decisions
         return Message.assistant("done")
 
     resumed = agent.Runner().run(spec, agent.Resume(), ScriptedEndpoint([answer]))
-    assert resumed.stop_reason == "end_turn" and ran == ["a.txt"]
+    assert resumed.stop_reason == "end_turn" and ran == ["a-copy.txt"]  # the edited input ran
     results = {c.tool_use_id: c for c in read[0].messages[-1].content}
-    assert results["c1"].text == "deleted a.txt" and not results["c1"].is_error
+    assert results["c1"].text == "deleted a-copy.txt" and not results["c1"].is_error
+    uses = {c.id: c.input for c in read[0].messages[-2].content}
+    assert uses["c1"] == '{"path": "a-copy.txt"}'  # the model reads the call that ran
     assert results["c2"].is_error and "keep b.txt, it is the backup" in results["c2"].text
     wait(browser).until(lambda _: "finished" in browser.find_element(By.ID, "status").text)
     assert browser.find_elements(By.CSS_SELECTOR, "#approvals .approval") == []  # the wait is over

@@ -54,6 +54,18 @@ def test_a_text_send_acknowledged_is_answered_once_though_its_sender_is_killed(o
     assert tally.answered_once == tally.acknowledged > 0
 
 
+@pytest.mark.parametrize("if_busy", ["queue", "interrupt", "reject"])
+def test_texts_sent_with_each_if_busy_policy_are_answered_once_or_refused(opener: Opener, if_busy: str) -> None:
+    # Two sender processes race sends with one policy, one of them killed at a random instant.
+    print(f"\nseed {SEED}, if_busy={if_busy!r}")
+    tally = send_trials(opener, TRIALS, SEED, if_busy)
+    print(tally)
+    assert tally.broken == [], f"seed {SEED}: {tally.broken}"
+    assert (tally.trials, tally.lost, tally.doubled) == (TRIALS, 0, 0)
+    assert tally.answered_once == tally.acknowledged > 0
+    assert if_busy == "reject" or tally.refused == 0
+
+
 def test_an_approved_call_killed_inside_its_tool_runs_at_most_once(opener: Opener, tmp_path: Path) -> None:
     print(f"\nseed {SEED}")
     tally = approval_kill_trials(opener, TRIALS, SEED, str(tmp_path))

@@ -30,7 +30,6 @@ from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.runs import Progress, Renewal
 from agentsessions.stores.redis import RedisStore
 from agentsessions.testing import storetest
-from agentsessions.testing._storetest_approvals import EDIT
 from tests.support.backends import delete_prefix, open_redis
 from tests.support.crossprocess import check_steers_across_processes
 from tests.support.proxy import Proxy, proxied
@@ -73,9 +72,6 @@ def store(client: redis.Redis, prefix: str) -> RedisStore:
 def test_the_redis_store_keeps_the_contract(name: str, client: redis.Redis, prefix: str) -> None:
     # A new store object per call, over the same client: the suite uses two as replicas.
     report = storetest.check(name, lambda: RedisStore(client, prefix=prefix))
-    if name == EDIT:  # edited inputs are not built for this store yet: it reports the capability missing
-        assert report.skipped == (name,) and not report.examples, report
-        return
     assert report.replicas and report.skipped == () and report.examples[name] > 0, report
 
 

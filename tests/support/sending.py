@@ -59,9 +59,18 @@ def spec(store: agent.RunStore, session_id: str) -> agent.Spec:
 
 
 def sender_process(
-    opener: Opener, session_id: str, replica: str, texts: list[list[str]], events: Connection, go: Any
+    opener: Opener,
+    session_id: str,
+    replica: str,
+    texts: list[list[str]],
+    events: Connection,
+    go: Any,
+    if_busy: str = "steer",
 ) -> None:
-    """Send each thread's texts in order, reporting ("ack", text) as each ``send`` returns; then wait for the runs."""
+    """Send each thread's texts in order, reporting ("ack", text) as each ``send`` returns; then wait for the runs.
+
+    A text ``send`` refused (``if_busy="reject"``, ``SessionBusyError``) is reported ("refused", text).
+    """
     lock = threading.Lock()
     started: list[agent.Run] = []
 
@@ -75,7 +84,12 @@ def sender_process(
         def sender(mine: list[str]) -> None:
             for text in mine:
                 try:
-                    run = runner.send(spec(store, session_id), text, ScriptedEndpoint([answer] * MAX_STEPS))
+                    run = runner.send(
+                        spec(store, session_id), text, ScriptedEndpoint([answer] * MAX_STEPS), if_busy=if_busy
+                    )
+                except agent.SessionBusyError:
+                    report(("refused", text))
+                    continue
                 except Exception as error:
                     report(("error", f"send {text!r}: {error!r}"))
                     return
@@ -98,7 +112,32 @@ def sender_process(
                 # what it held is the taker's now. Counted, not hidden; any other failure is an error.
                 kind = "superseded" if isinstance(error.__cause__, agent.ConflictError) else "error"
                 report((kind, f"a run failed: {error.__cause__!r}"))
+        wait_for_followers(report)
         report(("done", ""))
+
+
+def wait_for_followers(report: Callable[[tuple[str, str]], None]) -> None:
+    """Wait for the runs this process started on its own: those answering texts queued while a run was live.
+
+    A run starts its follower before its ``wait()`` returns, so once every live run is done
+    no follower is left to start.
+    """
+    from agentsessions.runner import _live_runs
+
+    deadline = time.monotonic() + EVENT_SECONDS
+    while time.monotonic() < deadline:
+        live = [run for run in list(_live_runs) if not run.done]
+        if not live:
+            return
+        for run in live:
+            try:
+                run.wait(max(0.0, deadline - time.monotonic()))
+            except agent.RunError as error:
+                kind = "superseded" if isinstance(error.__cause__, agent.ConflictError) else "error"
+                report((kind, f"a follower failed: {error.__cause__!r}"))
+            except TimeoutError:
+                break
+    report(("error", "runs still live after the senders finished"))
 
 
 @attrs.define
@@ -113,20 +152,22 @@ class SendTally:
     doubled: int = 0
     pending_at_resume: int = 0
     resumed: int = 0
+    refused: int = 0  # texts send refused (if_busy="reject"): stored nowhere
     superseded: int = 0  # survivors' runs taken over after their lease lapsed on a loaded machine
     broken: list[str] = attrs.Factory(list)  # each trial that lost or doubled a text, and what
 
     def __str__(self) -> str:
         return (
-            f"{self.trials} trials ({self.killed} senders killed), {self.acknowledged} texts acknowledged: "
+            f"{self.trials} trials ({self.killed} senders killed), {self.acknowledged} texts acknowledged "
+            f"and {self.refused} refused: "
             f"{self.answered_once} answered once, {self.lost} lost, {self.doubled} doubled; "
             f"{self.pending_at_resume} still pending for the resumer, which ran {self.resumed} times; "
             f"{self.superseded} runs superseded"
         )
 
 
-def send_trials(opener: Opener, trials: int, seed: int) -> SendTally:
-    """Run ``trials`` send kill trials against the store ``opener`` opens.
+def send_trials(opener: Opener, trials: int, seed: int, if_busy: str = "steer") -> SendTally:
+    """Run ``trials`` send kill trials against the store ``opener`` opens, every text sent with ``if_busy``.
 
     A text lost or doubled is counted (``SendTally.broken`` names the trial); anything else
     amiss raises at once, naming the seed and the trial.
@@ -137,7 +178,7 @@ def send_trials(opener: Opener, trials: int, seed: int) -> SendTally:
         for trial in range(trials):
             rng = random.Random(seed * 100_003 + trial)
             try:
-                one_send_trial(ctx, opener, store, rng, trial, tally)
+                one_send_trial(ctx, opener, store, rng, trial, tally, if_busy)
             except Exception as error:
                 raise AssertionError(f"send trial {trial} failed (seed {seed}: replay with that seed)") from error
     return tally
@@ -150,6 +191,7 @@ def one_send_trial(
     rng: random.Random,
     trial: int,
     tally: SendTally,
+    if_busy: str = "steer",
 ) -> None:
     session_id = f"send-{os.getpid()}-{rng.getrandbits(32):08x}-{trial}"
     texts = [[[f"text {trial}.{p}.{t}.{n}" for n in range(TEXTS)] for t in range(THREADS)] for p in range(SENDERS)]
@@ -157,14 +199,17 @@ def one_send_trial(
     pipes, senders = [], []
     for p in range(SENDERS):
         pipe, child = ctx.Pipe(duplex=False)
-        process = ctx.Process(target=sender_process, args=(opener, session_id, f"sender-{p}", texts[p], child, go))
+        process = ctx.Process(
+            target=sender_process, args=(opener, session_id, f"sender-{p}", texts[p], child, go, if_busy)
+        )
         process.start()
         child.close()
         pipes.append(pipe)
         senders.append(process)
     victim, kill_after = rng.randrange(SENDERS), rng.randint(0, THREADS * TEXTS)
-    acked, errors, superseded = collect(pipes, senders, go, victim, kill_after, rng)
+    acked, errors, superseded, refused = collect(pipes, senders, go, victim, kill_after, rng)
     tally.superseded += superseded
+    tally.refused += len(refused)
     survivors = [p for p in range(SENDERS) if p != victim]
     assert not [e for p in survivors for e in errors[p]], f"a survivor failed: {errors}"
     tally.trials += 1
@@ -179,6 +224,8 @@ def one_send_trial(
         tally.resumed += 1
         agent.Runner(replica="resumer").run(spec(store, session_id), agent.Resume(), ScriptedEndpoint([answer] * 64))
     account(store, session_id, acked, tally, trial)
+    if stored := [text for text in refused if text in set(user_texts(store.messages(session_id)))]:
+        tally.broken.append(f"trial {trial}: texts refused and answered all the same: {stored}")
 
 
 def collect(
@@ -188,9 +235,10 @@ def collect(
     victim: int,
     kill_after: int,
     rng: random.Random,
-) -> tuple[list[str], list[list[str]], int]:
-    """Start the senders, kill ``victim`` after ``kill_after`` of its acknowledgements; every ack and error seen."""
+) -> tuple[list[str], list[list[str]], int, list[str]]:
+    """Start the senders, kill ``victim`` after ``kill_after`` of its acknowledgements; every ack, error and refusal."""
     superseded: list[str] = []
+    refused: list[tuple[int, str]] = []
     acked: list[list[str]] = [[] for _ in senders]
     errors: list[list[str]] = [[] for _ in senders]
     done = [False for _ in senders]
@@ -199,29 +247,38 @@ def collect(
     deadline = time.monotonic() + EVENT_SECONDS
     while not all(done[p] for p in range(len(senders)) if p != victim) or not (killed or done[victim]):
         assert time.monotonic() < deadline, f"the senders did not finish: acked {acked}, errors {errors}"
-        if not killed and not done[victim] and len(acked[victim]) >= kill_after:
+        heard = len(acked[victim]) + sum(1 for who, _ in refused if who == victim)  # answers its sends got
+        if not killed and not done[victim] and heard >= kill_after:
             time.sleep(rng.uniform(0, 0.004))  # a random instant after the chosen ack
             kill(senders[victim])
             killed = True
         for p, pipe in enumerate(pipes):
             if not done[p] and not (p == victim and killed) and pipe.poll(0.002):
-                read(pipe, p, acked, errors, done, superseded)
+                read(pipe, p, acked, errors, done, superseded, refused)
     for p, pipe in enumerate(pipes):  # what the victim sent before it died is acknowledged too
         while not done[p] and pipe.poll(0):
             try:
-                read(pipe, p, acked, errors, done, superseded)
+                read(pipe, p, acked, errors, done, superseded, refused)
             except (EOFError, OSError):
                 break
         senders[p].join(EVENT_SECONDS)
-    return [text for texts in acked for text in texts], errors, len(superseded)
+    return [text for texts in acked for text in texts], errors, len(superseded), [text for _, text in refused]
 
 
 def read(
-    pipe: Connection, p: int, acked: list[list[str]], errors: list[list[str]], done: list[bool], superseded: list[str]
+    pipe: Connection,
+    p: int,
+    acked: list[list[str]],
+    errors: list[list[str]],
+    done: list[bool],
+    superseded: list[str],
+    refused: list[tuple[int, str]],
 ) -> None:
     kind, detail = pipe.recv()
     if kind == "ack":
         acked[p].append(detail)
+    elif kind == "refused":
+        refused.append((p, detail))
     elif kind == "error":
         errors[p].append(detail)
     elif kind == "superseded":

@@ -31,7 +31,7 @@ except ImportError as error:  # pragma: no cover - depends on what is installed
     raise ImportError("agentsessions.stores.redis needs redis (redis-py): pip install agentsessions[redis]") from error
 
 from agentsessions.approvals import Approval, Decision, pending_error
-from agentsessions.codec import decode_text, dump_message, encode_text
+from agentsessions.codec import decode_text, dump_message, encode_text, load_message
 from agentsessions.errors import ConflictError
 from agentsessions.messages import Message
 from agentsessions.metadata import check_metadata, from_pair_texts, metadata_filter, pair_texts
@@ -123,6 +123,7 @@ class RedisStore:
         self._read_version = register(VERSION)
         self._version: int | None = None  # read (or, for a new prefix, recorded) at the first call
         self._wait, self._decide = register(scripts.WAIT), register(scripts.DECIDE)
+        self._decide_edit = register(scripts.DECIDE_EDIT)
         self._set_metadata = register(scripts.SET_METADATA)
 
     def __repr__(self) -> str:
@@ -331,9 +332,16 @@ class RedisStore:
             text = self.client.hget(self._record(key), "ap")
         return decode(None if text is None else bytes(text).decode("utf-8"), session_id)  # type: ignore[arg-type]
 
-    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
-        """Record ``decisions`` on the waiting calls, all or none, in one conditional script; the state after."""
-        record = self._record(encode_text(check_session_id(session_id)))
+    def decide(
+        self, session_id: str, decisions: Mapping[str, Decision], *, rewrite: kit_approvals.Rewrite | None = None
+    ) -> RunState:
+        """Record ``decisions`` on the waiting calls, all or none, in one conditional script; the state after.
+
+        An edited input rewrites the wait's ``tool_use`` block (the last message) in the same
+        script, conditional on that message being the one read.
+        """
+        key = encode_text(check_session_id(session_id))
+        record, transcript = self._record(key), self._messages(key)
 
         def read() -> tuple[str | None, datetime.datetime | None, str | None, datetime.datetime]:
             pipe = self.client.pipeline(transaction=True)
@@ -346,8 +354,19 @@ class RedisStore:
         def swap(old: str | None, new: str, pending: int) -> bool:
             return bool(self._decide([record], [old or "", new, pending]))
 
+        def edit(old: str | None, new: str, pending: int, inputs: Mapping[str, str]) -> bool:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.llen(transcript)
+            pipe.lindex(transcript, -1)
+            length, body = pipe.execute()
+            if body is None:
+                raise ConflictError(f"session {session_id!r:.80} has no transcript holding its wait")
+            message = kit_approvals.rewritten(rewrite, length - 1, load_message(body), inputs)
+            args = [old or "", new, pending, body, dump_message(message), new_revision()]
+            return int(self._decide_edit([record, transcript], args)) == 1
+
         with self._errors("record the decisions", session_id):
-            return kit_approvals.decide(session_id, decisions, read=read, swap=swap)
+            return kit_approvals.decide(session_id, decisions, read=read, swap=swap, edit=edit)
 
     def peek_steers(self, session_id: str) -> list[Steer]:
         """The waiting steers, oldest first, left in place."""

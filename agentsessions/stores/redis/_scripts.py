@@ -348,6 +348,20 @@ redis.call('HSET', KEYS[1], 'ap', ARGV[2], 'pa', ARGV[3])
 return 1
 """
 
+# KEYS: record, transcript. ARGV: the approvals text read, the new text, undecided count, the
+# last message's body read, its rewrite (an edited input), a new revision. As DECIDE, and the
+# wait's message (the last) rewritten with a new revision in the same step; -1 when that
+# message changed since the read (kit.approvals.decide reads again).
+DECIDE_EDIT = """
+local r = redis.call('HMGET', KEYS[1], 'st', 'ap')
+if r[2] == ARGV[2] then return 1 end  -- this decision, retried after its reply was lost
+if r[1] ~= 'waiting' or (r[2] or '') ~= ARGV[1] then return 0 end
+if redis.call('LINDEX', KEYS[2], -1) ~= ARGV[4] then return -1 end
+redis.call('LSET', KEYS[2], -1, ARGV[5])
+redis.call('HSET', KEYS[1], 'ap', ARGV[2], 'pa', ARGV[3], 'rev', ARGV[6])
+return 1
+"""
+
 # KEYS: the claims' records. ARGV: their tokens. Returns per claim 0 (lost), 1 (renewed) or
 # 2 (renewed, and asked to cancel).
 RENEW = (
