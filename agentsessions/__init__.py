@@ -11,6 +11,7 @@ Importing this package imports no database driver and no store module.
 
 from agentsessions.approvals import Approval, ApprovalStore, Decision
 from agentsessions.codec import FORMAT_VERSION, dumps, loads
+from agentsessions.compaction import Compaction
 from agentsessions.endpoint import Endpoint, ModelRequest, ModelResponse, Usage
 from agentsessions.errors import (
     AgentSessionsError,
@@ -36,7 +37,7 @@ from agentsessions.errors import (
 from agentsessions.messages import Content, ContentType, Message, Role
 from agentsessions.runner import Run, Runner
 from agentsessions.runs import RunState, SessionInfo
-from agentsessions.session import ForkStore, MetadataStore, RunStore, Session, Store, StoreSession, open
+from agentsessions.session import ForkStore, MetadataStore, PruneStore, RunStore, Session, Store, StoreSession, open
 from agentsessions.spec import Pattern, Result, Resume, Spec, StopReason
 from agentsessions.tools import Tool, tool
 
@@ -48,6 +49,7 @@ __all__ = [
     "Approval",
     "ApprovalPendingError",
     "ApprovalStore",
+    "Compaction",
     "ConflictError",
     "Content",
     "ContentType",
@@ -68,6 +70,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "Pattern",
+    "PruneStore",
     "Result",
     "Resume",
     "Role",

@@ -144,6 +144,23 @@ class ApprovalDecided:
 
 
 @attrs.frozen
+class Compacted:
+    """The loop appended a summary of the transcript's first ``covers`` messages; requests start there now."""
+
+    step: int
+    covers: int
+    summary: str
+
+
+@attrs.frozen
+class CompactionFailed:
+    """The summarizer failed (``error``): nothing was stored, and the run goes on uncompacted."""
+
+    step: int
+    error: BaseException
+
+
+@attrs.frozen
 class RunFinished:
     """The run ended, normally or not; ``result`` is final (partial when ``error`` is set)."""
 
@@ -164,5 +181,7 @@ Event = (
     | ToolInDoubt
     | ApprovalRequested
     | ApprovalDecided
+    | Compacted
+    | CompactionFailed
     | RunFinished
 )

@@ -14,6 +14,7 @@ import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 
+from agentsessions import compaction as cp
 from agentsessions import events as ev
 from agentsessions.approvals import APPROVED, EXPIRED, REJECTED, Approval, Call, binding, expired, rejected
 from agentsessions.endpoint import Endpoint, ModelRequest, Usage
@@ -101,6 +102,9 @@ class ReactLoop:
         # A run Runner.send started for a stored text: if another run took the text and
         # answered it first, this one finds nothing waiting and must not answer again.
         self.for_steers = for_steers
+        # Where requests start: the last summary in the transcript (a resumed one's too), if any.
+        self.summary_at = cp.last_compaction(self.transcript)
+        self.prompt_tokens: int | None = None  # the last response's input, cached included
 
     def run(self) -> None:
         """Step until the model answers, ``max_steps`` is spent, or the run is cancelled; then save."""
@@ -130,6 +134,8 @@ class ReactLoop:
         if emit:
             emit(ev.StepStarted(step))
         self.collect_steers()
+        if self.spec.compaction is not None:
+            self.compact(step, self.spec.compaction)
         self.save()
         self.unsaved_box.clear()  # saved, or (without a session) carried by the request below
         if self.keep.cancel_requested:  # the save brought a cancel from elsewhere
@@ -137,7 +143,9 @@ class ReactLoop:
             return
         request = ModelRequest(
             self.spec.system,
-            tuple(self.transcript),
+            tuple(self.transcript)
+            if self.summary_at is None
+            else cp.request_messages(self.transcript, self.summary_at),
             self.spec.tools,
             self.spec.max_tokens,
             on_text=(lambda text: emit(ev.TextDelta(step, text))) if emit else None,
@@ -153,6 +161,7 @@ class ReactLoop:
         self.output_tokens += usage.output_tokens
         self.cache_read_tokens += usage.cache_read_tokens
         self.cache_write_tokens += usage.cache_write_tokens
+        self.prompt_tokens = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
         self.transcript.append(response.message)
         uses = [c for c in response.message.content if c.type is ContentType.TOOL_USE]
         if not uses:
@@ -162,6 +171,54 @@ class ReactLoop:
                 self.stop_reason = response.stop_reason or "end_turn"
             return
         self.answer(uses, [], {})
+
+    def compact(self, step: int, rule: cp.Compaction) -> None:
+        """Append a summary when the transcript passed the trigger; a failed summarizer changes nothing."""
+        transcript = self.transcript
+        if not transcript or transcript[-1].role is not Role.USER:
+            return  # a request after a pause or a prefill: the summary goes before a user's turn only
+        view_start = 0 if self.summary_at is None else self.summary_covers()
+        tokens = self.prompt_tokens
+        if tokens is None:
+            tokens = cp.estimate_tokens(cp.request_messages(transcript, self.summary_at))
+        if tokens < rule.trigger_tokens:
+            return
+        cut = cp.cut_point(transcript, view_start, rule.keep_tokens)
+        if cut is None:
+            return
+        before = cp.messages_before(transcript, self.summary_at, cut)
+        summarizer = rule.summarizer or self.endpoint
+        request = ModelRequest(
+            self.spec.system,
+            tuple(cp.summary_request_messages(before, rule.instructions)),
+            self.spec.tools,
+            self.spec.max_tokens,
+        )
+        try:
+            response = summarizer.complete(request)
+            summary = response.message.text
+            if not summary.strip():
+                raise ValueError("the summarizer answered with no text")
+        except Exception as error:  # any failure leaves the run as it was, reported
+            if self.emit:
+                self.emit(ev.CompactionFailed(step, error))
+            return
+        usage = response.usage
+        self.input_tokens += usage.input_tokens
+        self.output_tokens += usage.output_tokens
+        self.cache_read_tokens += usage.cache_read_tokens
+        self.cache_write_tokens += usage.cache_write_tokens
+        transcript.append(Message(Role.USER, (Content.compaction(summary, covers=cut),)))
+        self.summary_at = len(transcript) - 1
+        self.prompt_tokens = None  # the next response says how large the compacted request was
+        if self.emit:
+            self.emit(ev.Compacted(step, cut, summary))
+
+    def summary_covers(self) -> int:
+        """How many messages the summary requests start at covers."""
+        assert self.summary_at is not None
+        blocks = self.transcript[self.summary_at].content
+        return [b for b in blocks if b.type is ContentType.COMPACTION][-1].covers
 
     def answer(self, uses: list[Content], results: list[Content], decisions: Mapping[Call, Approval]) -> None:
         """Run the calls that may run; a rejected one is answered with its reason; the rest wait.

@@ -215,12 +215,26 @@ def keeps_busy_policies(store: object) -> bool:
     return _add_steer_takes(store, "if_busy")
 
 
+def saves_beside_handles(store: object) -> bool:
+    """Whether ``store.save`` takes ``holder``: it remembers a save beside the handle that made it.
+
+    Every persistent store of this library does; a third party's store need not, and is
+    then called with ``session_id`` and ``messages`` only.
+    """
+    return _takes(getattr(store, "save", None), "holder")
+
+
 def _add_steer_takes(store: object, name: str) -> bool:
     """Whether ``store`` is a :class:`RunStore` whose ``add_steer`` takes the keyword argument ``name``."""
-    if not isinstance(store, RunStore):
+    return isinstance(store, RunStore) and _takes(store.add_steer, name)
+
+
+def _takes(method: object, name: str) -> bool:
+    """Whether ``method`` is a callable that takes the keyword argument ``name``."""
+    if not callable(method):
         return False
     try:
-        parameters = inspect.signature(store.add_steer).parameters.values()
+        parameters = inspect.signature(method).parameters.values()
     except (TypeError, ValueError):  # a callable whose signature cannot be read
         return False
     return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
@@ -248,6 +262,31 @@ class MetadataStore(RunStore, Protocol):
         metadata: Mapping[str, str] | None = None,
     ) -> Iterator[SessionInfo]:
         """Every session holding each pair of ``metadata``, newest update first, in pages, each exactly once."""
+        ...
+
+
+@runtime_checkable
+class PruneStore(Protocol):
+    """A store that deletes old sessions in bulk: a capability of its own, beside :class:`RunStore`.
+
+    ``prune`` deletes, in batches of at most ``batch`` sessions (each its own short step), the
+    sessions last updated before ``updated_before`` (an aware datetime) in ``state`` (by
+    default the ended ones: idle, finished, failed, cancelled; ``WAITING`` only when named;
+    never ``RUNNING``, a session under a live lease) holding every pair of ``metadata``, and
+    says how many went. Each session goes whole, as ``delete`` removes it, decided in the step
+    that deletes it: a claim racing the prune either keeps its session or finds none.
+    Bad arguments raise ``TypeError`` or ``ValueError`` before any I/O.
+    """
+
+    def prune(
+        self,
+        *,
+        updated_before: datetime.datetime,
+        state: RunState | Collection[RunState] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        batch: int = 500,
+    ) -> int:
+        """Delete the old sessions the arguments name; the number deleted."""
         ...
 
 
@@ -295,10 +334,24 @@ class StoreSession:
 
     id: str
     store: Store = attrs.field(repr=False)
+    # Whether the store's save takes ``holder``: then what this handle saved is remembered
+    # beside it, and its next save writes only what is new at any number of sessions.
+    _beside: bool = attrs.field(init=False, repr=False, eq=False)
+
+    @_beside.default
+    def _takes_holder(self) -> bool:
+        return saves_beside_handles(self.store)
 
     def save(self, messages: Sequence[Message]) -> None:
-        """Make ``messages`` this session's transcript."""
-        self.store.save(self.id, messages)
+        """Make ``messages`` this session's transcript.
+
+        Over this library's stores, what the handle saved is remembered for as long as the
+        handle lives: keep the handle, and each save writes only the messages that are new.
+        """
+        if self._beside:
+            self.store.save(self.id, messages, holder=self)  # type: ignore[call-arg]
+        else:
+            self.store.save(self.id, messages)
 
     def messages(self) -> list[Message]:
         """This session's transcript."""

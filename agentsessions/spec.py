@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import attrs
 
 from agentsessions.approvals import Approval
+from agentsessions.compaction import Compaction
 from agentsessions.endpoint import Usage
 from agentsessions.messages import Message, Role
 from agentsessions.runs import check_lease
@@ -74,6 +75,9 @@ class Spec:
     that may have run twice unless its tool is ``idempotent``.
 
     ``name`` names the agent in telemetry (``gen_ai.agent.name``); ``""`` leaves it out.
+
+    ``compaction`` (a :class:`~agentsessions.compaction.Compaction`) keeps long runs under the
+    model's context window with a summary, never deleting what is stored; ``None``, off.
     """
 
     pattern: Pattern = attrs.field(default=Pattern.REACT, converter=Pattern)
@@ -85,6 +89,9 @@ class Spec:
     lease: float = attrs.field(default=30.0, converter=check_lease)
     journal: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     name: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
+    compaction: Compaction | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(Compaction))
+    )
 
 
 @attrs.frozen

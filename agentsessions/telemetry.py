@@ -166,6 +166,8 @@ class OpenTelemetry:
             ev.SteerApplied: self._steer_applied,
             ev.TranscriptSaved: self._transcript_saved,
             ev.ToolInDoubt: self._tool_in_doubt,
+            ev.Compacted: self._compacted,
+            ev.CompactionFailed: self._compacted,
             ev.ApprovalRequested: self._approval,
             ev.ApprovalDecided: self._approval,
             ev.RunFinished: self._run_finished,
@@ -386,6 +388,19 @@ class OpenTelemetry:
         if run.agent is not None:
             attributes = {"agentsessions.step": event.step, "agentsessions.messages": event.messages}
             run.agent.add_event("agentsessions.transcript.saved", attributes)
+
+    def _compacted(self, run: _RunTrace, event: ev.Compacted | ev.CompactionFailed) -> None:
+        if run.agent is None:
+            return
+        attributes: dict[str, Any] = {"agentsessions.step": event.step}
+        if isinstance(event, ev.CompactionFailed):
+            attributes["error.type"] = type(event.error).__qualname__
+            run.agent.add_event("agentsessions.compaction.failed", attributes)
+            return
+        attributes["agentsessions.compaction.covers"] = event.covers
+        if self.capture_message_content:
+            attributes["agentsessions.compaction.summary"] = event.summary
+        run.agent.add_event("agentsessions.compaction.done", attributes)
 
     def _tool_in_doubt(self, run: _RunTrace, event: ev.ToolInDoubt) -> None:
         if run.agent is not None:

@@ -11,9 +11,11 @@ session is brought to 120 messages and grown by one again, timed ("late"). All o
 twice; the table prints the lower of the two medians of each and late/early side by side
 (goal: at most 1.2). Two ways of
 saving: ``run``, each session held by a run (``claim``, then ``save_run`` under it: what a
-replica running N sessions at once does), and ``plain`` (``store.save``: a web view's
-saves), for which a store object remembers only the 256 sessions it used last and reads
-the stored rows of any other once before writing what differs. Then, for the run mode,
+replica running N sessions at once does), ``handle`` (``agent.open(id, store).save``
+through handles the application keeps: what each saved is remembered beside it), and
+``plain`` (``store.save``, or a handle made afresh for each save: a web view's saves), for
+which a store object remembers only the 256 sessions it used last and reads the stored
+rows of any other once before writing what differs. Then, for the run and handle modes,
 the memory of what the store object remembers of each session after the last round (its
 entry and list of references; the transcripts themselves are the runs'). The machine's
 load average is printed beside the figures.
@@ -42,7 +44,7 @@ from benchmarks.save_scaling import STORES, conversation
 
 EARLY, LATE = 10, 120  # messages before the timed append
 GOAL = 1.2
-MODES = ("run", "plain")
+MODES = ("run", "handle", "plain")
 
 
 @attrs.frozen
@@ -85,10 +87,13 @@ def measure(store: Any, name: str, sessions: int, mode: str, talk: list[agent.Me
     claims: list[Claim] = []
     if mode == "run":
         claims = [store.claim(session_id, replica="bench", lease=3600.0) for session_id in ids]
+    handles = [agent.open(session_id, store) for session_id in ids] if mode == "handle" else []
 
     def save(i: int, length: int) -> None:
         if claims:
             store.save_run(claims[i], talk[:length])
+        elif handles:
+            handles[i].save(talk[:length])
         else:
             store.save(ids[i], talk[:length])
 
@@ -98,7 +103,7 @@ def measure(store: Any, name: str, sessions: int, mode: str, talk: list[agent.Me
         early.append(statistics.median(_round(save, sessions, EARLY + 1)))
         _round(save, sessions, LATE)
         late.append(statistics.median(_round(save, sessions, LATE + 1)))
-    memory = remembered(store) if mode == "run" else None
+    memory = remembered(store) if mode != "plain" else None
     for i, session_id in enumerate(ids):
         if claims:
             store.save_run(claims[i], talk[: LATE + 1], end=RunState.FINISHED)
@@ -128,7 +133,7 @@ def _entry(known: Any) -> int:
 
 def table(rows: Sequence[Row]) -> str:
     """The figures, one line per store, number of sessions and mode."""
-    head = f"{'store':<9} {'sessions':>8} {'mode':<5} {'early ms':>9} {'late ms':>8} {'late/early':>10}"
+    head = f"{'store':<9} {'sessions':>8} {'mode':<6} {'early ms':>9} {'late ms':>8} {'late/early':>10}"
     head += f" {'':<4} {'store memory':>13} {'per session':>11}  load (1/5/15 min)"
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -137,7 +142,7 @@ def table(rows: Sequence[Row]) -> str:
         )
         verdict = "ok" if r.ratio <= GOAL else "over"
         lines.append(
-            f"{r.store:<9} {r.sessions:>8,} {r.mode:<5} {r.early * 1000:>9.3f} {r.late * 1000:>8.3f} "
+            f"{r.store:<9} {r.sessions:>8,} {r.mode:<6} {r.early * 1000:>9.3f} {r.late * 1000:>8.3f} "
             f"{r.ratio:>10.2f} {verdict:<4} {memory}  {r.load}"
         )
     return "\n".join(lines)

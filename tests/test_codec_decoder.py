@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import agentsessions as agent
-from agentsessions import codec
+from agentsessions import codec, messages
 
 # Any code point, surrogates included, so lone and adjacent pairs of them come up.
 texts = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF), max_size=40)
@@ -111,3 +111,39 @@ def test_a_row_the_fast_path_refuses_gets_the_careful_paths_error(row: str, erro
         codec.load_message(row)
     with pytest.raises(agent.FormatError, match=error):
         codec.load_message(row.encode())
+
+
+# Each block type with every field it leaves at its default: a minimal valid block, then one
+# more field set. The fast decoder's own check (Content.__attrs_post_init__) must refuse each.
+_MINIMAL: dict[str, dict[str, object]] = {
+    "text": {"text": "a"},
+    "tool_use": {"id": "c", "name": "add", "input": "{}"},
+    "tool_result": {"tool_use_id": "c", "text": "2"},
+    "thinking": {"text": "hm"},
+    "redacted_thinking": {"data": "b3Bh"},
+    "image": {"media_type": "image/png", "data": "AA"},
+    "document": {"url": "https://example.com/a.pdf"},
+    "raw": {"name": "anthropic", "data": "{}"},
+    "compaction": {"text": "summary", "covers": 2},
+}
+_STRAY = [
+    (kind, name)
+    for kind in _MINIMAL
+    for name in messages.VALUE_FIELDS
+    if name not in messages.FIELDS[agent.ContentType(kind)]
+]
+
+
+@needs_fast
+@pytest.mark.parametrize(("kind", "name"), _STRAY)
+def test_a_stored_block_with_a_field_its_type_does_not_use_is_refused_on_the_fast_path(kind: str, name: str) -> None:
+    block: dict[str, object] = {"type": kind, **_MINIMAL[kind]}
+    assert codec._decode_message is not None
+    # The minimal block reads: what follows is refused for the one field added.
+    codec._decode_message(json.dumps({"v": codec.FORMAT_VERSION, "role": "user", "content": [block]}))
+    block[name] = {"is_error": True, "covers": 1}.get(name, "x")
+    row = json.dumps({"v": codec.FORMAT_VERSION, "role": "user", "content": [block]})
+    with pytest.raises(ValueError, match=f"has no {name}"):
+        codec._decode_message(row)
+    with pytest.raises(agent.FormatError, match=f"has no {name}"):
+        codec.load_message(row)

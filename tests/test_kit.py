@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import pytest
 
+import agentsessions as agent
 from agentsessions.errors import FormatError, SchemaMissingError, StoreError
 from agentsessions.messages import Message
 from agentsessions.runs import Claim, SessionInfo
@@ -16,6 +17,7 @@ from agentsessions.stores.kit import values
 from agentsessions.stores.kit.failures import first_line, translated
 from agentsessions.stores.kit.incremental import KnownSessions
 from agentsessions.stores.kit.listing import Page, pages
+from agentsessions.stores.memory import MemoryStore
 
 IDS = [f"s{n:02}" for n in range(7)]
 
@@ -123,3 +125,19 @@ def test_a_released_session_joins_the_recent_and_a_dropped_claim_is_forgotten() 
     del dropped
     gc.collect()
     assert len(known) == 1  # what the run saved went with its claim
+
+
+def test_a_handles_save_is_remembered_past_the_bound_while_the_handle_lives() -> None:
+    store = MemoryStore()
+    known = KnownSessions(size=2)
+    kept, dropped = agent.open("kept", store), agent.open("dropped", store)
+    known.remember("kept", 1, [Message.user("a")], kept)
+    known.remember("dropped", 2, [Message.user("b")], dropped)
+    for n in range(5):  # plain saves of more sessions than the bound
+        known.remember(f"plain {n}", n, [Message.user("c")])
+    held = known.get("kept", kept)
+    assert held is not None and held.revision == 1
+    assert known.get("kept", agent.open("kept", MemoryStore())) is None  # a handle on another store
+    del dropped
+    gc.collect()
+    assert len(known) == 3  # the two recent plain saves and the kept handle's: the dropped handle's went with it

@@ -361,7 +361,7 @@ def test_a_wait_and_the_decisions_it_acts_on_are_span_events_of_their_runs(otel:
     spec = agent.Spec(tools=[pay], session=session)
     endpoint = ScriptedEndpoint([agent.Message(agent.Role.ASSISTANT, uses), agent.Message.assistant("ok")])
     agent.Runner().run(spec, [USER], endpoint, otel.telemetry())
-    session.decide({"c1": agent.Decision.approve(by="ann"), "c2": agent.Decision.reject(reason="no")})
+    session.decide({"c1": agent.Decision.approve(by="ann", input='{"invoice": 7}'), "c2": agent.Decision.reject()})
     agent.Runner().run(spec, agent.Resume(), endpoint, otel.telemetry(capture_message_content=True))
     waited, resumed = by_name(otel.spans(), "invoke_agent")
     requested = [attributes(e) for e in waited.events if e.name == "agentsessions.approval.requested"]
@@ -375,7 +375,9 @@ def test_a_wait_and_the_decisions_it_acts_on_are_span_events_of_their_runs(otel:
         ("c1", "approved", 0),
         ("c2", "rejected", 0),
     ]
-    assert decided[0]["gen_ai.tool.call.arguments"] == '{"invoice": 1}'  # content only when asked for
+    assert [a["agentsessions.approval.edited"] for a in decided] == [True, False]  # whether, never the input
+    assert decided[0]["gen_ai.tool.call.arguments"] == '{"invoice": 7}'  # content only when asked for: what ran
+    assert '{"invoice": 1}' not in str(decided)  # nor the model's input it replaced
     assert "ann" not in str(decided)  # who decided is not recorded
 
 
@@ -676,3 +678,17 @@ def test_spans_reach_an_otlp_http_receiver(tmp_path: Path) -> None:
     assert all(span.parent_span_id == root.span_id for span in arrived[:-1])
     tokens = {a.key: a.value.int_value for a in root.attributes if a.key.startswith("gen_ai.usage.")}
     assert tokens["gen_ai.usage.input_tokens"] == 15 and tokens["gen_ai.usage.output_tokens"] == 5
+
+
+def test_a_compaction_is_an_event_on_the_run_span(otel: Otel) -> None:
+    def reply(request: agent.ModelRequest) -> agent.Message:
+        if request.messages[-1].content[-1].text.startswith("Summarise"):
+            return agent.Message.assistant("the summary")
+        return agent.Message.assistant("ok")
+
+    old = [agent.Message.user("a" * 400), agent.Message.assistant("b" * 400), agent.Message.user("c" * 400)]
+    spec = agent.Spec(compaction=agent.Compaction(trigger_tokens=200, keep_tokens=50))
+    agent.Runner().run(spec, old, ScriptedEndpoint([reply, reply]), otel.telemetry())
+    (run,) = by_name(otel.spans(), "invoke_agent")
+    (done,) = [attributes(e) for e in run.events if e.name == "agentsessions.compaction.done"]
+    assert done == {"agentsessions.step": 1, "agentsessions.compaction.covers": 1}

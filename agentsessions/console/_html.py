@@ -221,10 +221,17 @@ def decided(calls: Sequence[Approval]) -> str:
     return "".join(_approval("", "", call) for call in calls)
 
 
+def _expiry(call: Approval) -> str:
+    """When an undecided call's approval expires, for its heading ("" without a deadline)."""
+    if call.expires_at is None or call.decision is not None:
+        return ""
+    return f", expires {fmt.utc(call.expires_at)} UTC"
+
+
 def _approval(root: str, hidden: str, call: Approval) -> str:
     head = (
         f'<p><strong class="tool">{escape(call.tool)}</strong> <code class="call-id">{escape(call.call_id)}</code>'
-        f"<br>requested {fmt.utc(call.requested_at)} UTC</p>"
+        f"<br>requested {fmt.utc(call.requested_at)} UTC{_expiry(call)}</p>"
     )
     box = f'<div class="approval" data-call="{escape(call.call_id)}">{head}'
     if call.decision is not None or not hidden:

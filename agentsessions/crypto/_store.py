@@ -42,6 +42,7 @@ from agentsessions.session import (
     check_steer,
     keeps_busy_policies,
     keeps_steer_keys,
+    saves_beside_handles,
 )
 from agentsessions.stores.kit import arguments
 from agentsessions.stores.kit.approvals import Rewrite, check_wait
@@ -79,7 +80,7 @@ class EncryptedStore:
     ``inner`` has it. Safe to share between threads when ``inner`` is.
     """
 
-    __slots__ = ("_known", "_sealer", "_twins", "_twins_lock", "inner")
+    __slots__ = ("_inner_beside", "_known", "_sealer", "_twins", "_twins_lock", "inner")
 
     @property
     def edits_inputs(self) -> bool:
@@ -90,6 +91,7 @@ class EncryptedStore:
         self.inner = inner
         self._sealer = sealer
         self._known: SessionMemory[_Known] = SessionMemory()
+        self._inner_beside = saves_beside_handles(inner)  # read once: a signature is slow to inspect
         # Per session: steers that are copies of a steer peeked under another seq (see _open_steers).
         self._twins: dict[str, dict[int, list[int]]] = {}
         self._twins_lock = threading.Lock()
@@ -109,9 +111,17 @@ class EncryptedStore:
 
     # --- The seed's four --------------------------------------------------------------------
 
-    def save(self, session_id: str, messages: Sequence[Message]) -> None:
-        """Make ``messages`` the session's transcript, each message stored encrypted."""
-        self.inner.save(session_id, self._seal_transcript(session_id, messages))
+    def save(self, session_id: str, messages: Sequence[Message], *, holder: object | None = None) -> None:
+        """Make ``messages`` the session's transcript, each message stored encrypted.
+
+        What is sealed is remembered beside ``holder`` (a session handle) for as long as it
+        lives, and passed on to the wrapped store when it remembers saves the same way.
+        """
+        sealed = self._seal_transcript(session_id, messages, holder)
+        if holder is not None and self._inner_beside:
+            self.inner.save(session_id, sealed, holder=holder)  # type: ignore[call-arg]
+        else:
+            self.inner.save(session_id, sealed)
 
     def messages(self, session_id: str) -> list[Message]:
         """The session's transcript, decrypted; raises :class:`~agentsessions.DecryptionError`, never skips."""
@@ -131,7 +141,7 @@ class EncryptedStore:
     # --- Sealing and opening, remembered ------------------------------------------------------
 
     def _seal_transcript(
-        self, session_id: str, messages: Sequence[Message], claim: Claim | None = None
+        self, session_id: str, messages: Sequence[Message], claim: object | None = None
     ) -> list[Message]:
         check_session_id(session_id)
         new = transcript_list(messages)

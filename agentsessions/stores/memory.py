@@ -45,6 +45,7 @@ from agentsessions.stores.kit import approvals as kit_approvals
 from agentsessions.stores.kit import arguments, steerkeys
 from agentsessions.stores.kit import busy as policies
 from agentsessions.stores.kit.approvals import check_wait
+from agentsessions.stores.kit.prune import PruneFilter, check_prune, in_batches
 
 __all__ = ["MemoryStore"]
 
@@ -217,6 +218,27 @@ class MemoryStore:
         if entry is None:
             return False
         with entry.lock:
+            return self._sessions.pop(session_id, None) is entry
+
+    def prune(
+        self,
+        *,
+        updated_before: datetime.datetime,
+        state: RunState | Collection[RunState] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        batch: int = 500,
+    ) -> int:
+        """Delete the sessions last updated before ``updated_before`` (ended ones by default); how many went."""
+        wanted = check_prune(updated_before, state, metadata, batch)
+        return in_batches(list(self._sessions), wanted.batch, lambda ids: sum(self._prune_one(i, wanted) for i in ids))
+
+    def _prune_one(self, session_id: str, wanted: PruneFilter) -> bool:
+        entry = self._sessions.get(session_id)
+        if entry is None:
+            return False
+        with entry.lock:  # decided and deleted under the lock a claim takes: the claim wins or the prune does
+            if not wanted.matches(entry.info(session_id, utcnow())):
+                return False
             return self._sessions.pop(session_id, None) is entry
 
     def cancel(self, session_id: str) -> bool:

@@ -5,8 +5,9 @@ message table (SQLite, PostgreSQL, MariaDB), the message documents' ids before a
 (MongoDB), the commands MONITOR shows on the session's list (Redis). A session grows by
 one message after the store object saved :data:`OTHERS` other sessions, more than it
 remembers for plain saves: the save must insert one row and delete none, through a run's
-claim, through a plain save (one extra read allowed), and through a store object that
-never saw the session.
+claim, through a plain save (one extra read allowed), through a session handle the
+application kept (no extra read: the handle carries what it saved), and through a store
+object that never saw the session.
 """
 
 from __future__ import annotations
@@ -224,13 +225,16 @@ def _keyring() -> Any:
 
 
 @pytest.mark.parametrize("wrap", ["plain", "encrypted"])
-@pytest.mark.parametrize("via", ["run", "plain save", "another store object"])
+@pytest.mark.parametrize("via", ["run", "plain save", "kept handle", "another store object"])
 def test_growing_by_one_message_inserts_one_row_and_deletes_none(opener: Opener, via: str, wrap: str) -> None:
     transcript = _transcript(20)
     with opener() as inner, _counter(opener) as counting:
         store = _wrapped(inner, wrap)
         claim: Claim | None = store.claim(SESSION, replica="counted", lease=60.0) if via == "run" else None
-        if claim is None:
+        handle = agent.open(SESSION, store)
+        if via == "kept handle":
+            handle.save(transcript)
+        elif claim is None:
             store.save(SESSION, transcript)
         else:
             store.save_run(claim, transcript)
@@ -241,9 +245,13 @@ def test_growing_by_one_message_inserts_one_row_and_deletes_none(opener: Opener,
                 store.save_run(claim, transcript)
             elif via == "plain save":
                 store.save(SESSION, transcript)
+            elif via == "kept handle":
+                handle.save(transcript)
             else:
                 _wrapped(stack.enter_context(opener()), wrap).save(SESSION, transcript)
         assert written == [Written(1, 0)], f"{via}: {written}"
+        if via == "kept handle":  # remembered beside the handle past the bound: the next save reads nothing
+            assert store._known.get(SESSION, handle) is not None  # type: ignore[attr-defined]
         assert store.messages(SESSION) == transcript
         if claim is not None:
             store.save_run(claim, transcript, end=RunState.FINISHED)

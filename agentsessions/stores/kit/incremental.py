@@ -8,8 +8,11 @@ so the rows of the common prefix stay and only the rest is deleted and inserted.
 
 What a run saved is remembered for as long as the run holds its claim, however many
 sessions the store object serves: it is kept beside a weak reference to the
-:class:`~agentsessions.runs.Claim`, and goes when the run lets go of that object. Plain
-saves and reads are remembered in a bounded map, least recently used dropped first. A
+:class:`~agentsessions.runs.Claim`, and goes when the run lets go of that object. A save
+through a session handle (:class:`~agentsessions.session.StoreSession`) is kept the same
+way beside the handle, so an application that keeps its handles saves only what is new
+at any number of sessions. Other plain saves and reads are remembered in a bounded map,
+least recently used dropped first. A
 save of a session remembered in neither (another process wrote since, or this store never
 saw it) reads the stored rows once and compares them with the new messages' bodies: the
 rows that match stay, so no row that did not change is ever rewritten. A random token,
@@ -23,16 +26,18 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar
 
 import attrs
 
 from agentsessions.codec import dump_message, load_message
 from agentsessions.messages import Message, check_transcript, transcript_list
-from agentsessions.runs import Claim
 from agentsessions.session import check_session_id
 
 V = TypeVar("V")
+
+Holder: TypeAlias = object
+"""What a remembered value lives beside: a run's :class:`~agentsessions.runs.Claim`, or a session handle."""
 
 RECENT = 256
 """How many sessions a store object remembers from plain saves and reads (runs' sessions come on top)."""
@@ -55,7 +60,8 @@ class SessionMemory(Generic[V]):
     """What a store object last saw of each session: one value per session id.
 
     A value remembered with a ``claim`` lives as long as that claim object does (the run
-    holding it), whatever the number of sessions; one remembered without lives in a map
+    holding it, or the session handle that saved: any object a weak reference can point
+    to is a holder), whatever the number of sessions; one remembered without lives in a map
     of the ``size`` most recently used. The lock guards only the dicts, never I/O, so
     sessions do not wait for each other.
     """
@@ -63,7 +69,7 @@ class SessionMemory(Generic[V]):
     def __init__(self, size: int = RECENT) -> None:
         self._size = size
         self._recent: OrderedDict[str, V] = OrderedDict()
-        self._held: dict[str, tuple[weakref.ref[Claim], V]] = {}
+        self._held: dict[str, tuple[weakref.ref[Holder], V]] = {}
         # Reentrant: a claim's weakref callback takes it, and the garbage collector may run
         # that callback on a thread that holds it already (inside any allocation below).
         self._lock = threading.RLock()
@@ -72,7 +78,7 @@ class SessionMemory(Generic[V]):
         with self._lock:
             return len(self._recent) + len(self._held)
 
-    def get(self, session_id: str, claim: Claim | None = None) -> V | None:
+    def get(self, session_id: str, claim: Holder | None = None) -> V | None:
         """What was last seen of ``session_id`` (by the run holding ``claim``, when given), if remembered."""
         with self._lock:
             held = self._held.get(session_id)
@@ -83,7 +89,7 @@ class SessionMemory(Generic[V]):
                 self._recent.move_to_end(session_id)
             return value
 
-    def remember(self, session_id: str, value: V, claim: Claim | None = None) -> None:
+    def remember(self, session_id: str, value: V, claim: Holder | None = None) -> None:
         """Record ``value`` for ``session_id``; with ``claim``, for as long as that claim object lives."""
         with self._lock:
             self._held.pop(session_id, None)
@@ -95,7 +101,7 @@ class SessionMemory(Generic[V]):
             if len(self._recent) > self._size:
                 self._recent.popitem(last=False)
 
-    def release(self, session_id: str, claim: Claim) -> None:
+    def release(self, session_id: str, claim: Holder) -> None:
         """The run holding ``claim`` released the session: what it saved joins the recently used."""
         with self._lock:
             held = self._held.get(session_id)
@@ -109,11 +115,11 @@ class SessionMemory(Generic[V]):
             self._held.pop(session_id, None)
             self._recent.pop(session_id, None)
 
-    def _lapsed(self, session_id: str) -> Callable[[weakref.ref[Claim]], None]:
+    def _lapsed(self, session_id: str) -> Callable[[weakref.ref[Holder]], None]:
         # Weak to the memory too: a claim outliving its store must not keep the store alive.
         memory = weakref.ref(self)
 
-        def lapsed(ref: weakref.ref[Claim]) -> None:
+        def lapsed(ref: weakref.ref[Holder]) -> None:
             self_ = memory()
             if self_ is None:
                 return
@@ -137,15 +143,17 @@ class KnownSessions:
     def __len__(self) -> int:
         return len(self._memory)
 
-    def get(self, session_id: str, claim: Claim | None = None) -> Known | None:
+    def get(self, session_id: str, claim: Holder | None = None) -> Known | None:
         """What was last seen of ``session_id`` (by the run holding ``claim``, when given), if it is remembered."""
         return self._memory.get(session_id, claim)
 
-    def remember(self, session_id: str, revision: int, messages: Sequence[Message], claim: Claim | None = None) -> None:
+    def remember(
+        self, session_id: str, revision: int, messages: Sequence[Message], claim: Holder | None = None
+    ) -> None:
         """Record that ``session_id`` is stored at ``revision`` with ``messages`` (saved under ``claim``, if given)."""
         self._memory.remember(session_id, Known(revision, list(messages)), claim)
 
-    def release(self, session_id: str, claim: Claim) -> None:
+    def release(self, session_id: str, claim: Holder) -> None:
         """The run holding ``claim`` released the session: what it saved joins the recently used."""
         self._memory.release(session_id, claim)
 
@@ -205,7 +213,7 @@ class SavePlan:
 
 
 def plan_save(
-    sessions: KnownSessions, session_id: str, messages: Sequence[Message], claim: Claim | None = None
+    sessions: KnownSessions, session_id: str, messages: Sequence[Message], claim: Holder | None = None
 ) -> SavePlan:
     """Check a save's arguments and find what it shares with what this store last saw (the run of ``claim``'s save).
 

@@ -66,7 +66,7 @@ except ImportError as error:  # pragma: no cover - depends on what is installed
 
 from agentsessions.approvals import Approval, Decision, pending_error
 from agentsessions.codec import encode_text, load_message
-from agentsessions.errors import SchemaMissingError, StoreError
+from agentsessions.errors import ConflictError, SchemaMissingError, StoreError
 from agentsessions.messages import Message
 from agentsessions.metadata import check_metadata, metadata_filter, pair_texts
 from agentsessions.runs import (
@@ -85,6 +85,7 @@ from agentsessions.runs import (
     utcnow,
 )
 from agentsessions.session import check_fork_at, check_session_id
+from agentsessions.stores.kit import approvals as kit_approvals
 from agentsessions.stores.kit import arguments, steerkeys, values
 from agentsessions.stores.kit import busy as policies
 from agentsessions.stores.kit.failures import could_not, translated
@@ -149,6 +150,8 @@ __all__ = [
 
 SESSIONS = "agentsessions_sessions"
 MESSAGES = "agentsessions_messages"
+Gate = tuple[dict[str, Any], dict[str, Any]]
+"""What an edited approval adds to a save's commit: a condition, and fields to set."""
 COUNTERS = "agentsessions_counters"
 
 # The unique message key is what makes a stale writer's insert fail instead of overwriting
@@ -262,16 +265,19 @@ class MongoStore:
 
     # --- Transcripts and steers (the seed's four) ------------------------------------------
 
-    def save(self, session_id: str, messages: Sequence[Message]) -> None:
-        """Make ``messages`` the transcript; writes only what is new since this store last saw it."""
-        plan = plan_save(self._known, session_id, messages)
+    def save(self, session_id: str, messages: Sequence[Message], *, holder: object | None = None) -> None:
+        """Make ``messages`` the transcript; writes only what is new since this store last saw it.
+
+        What is saved is remembered beside ``holder`` (a session handle), for as long as it lives.
+        """
+        plan = plan_save(self._known, session_id, messages, holder)
         stored = key(session_id)
         with self._errors("save the transcript", session_id):
             for _ in attempts(self._timeout):
                 old = parse_state(self._sessions.find_one({"_id": stored}, STATE_FIELDS))
                 revision = self._try_save(plan, stored, old)
                 if revision is not None:
-                    self._known.remember(session_id, revision, plan.messages)
+                    self._known.remember(session_id, revision, plan.messages, holder)
                     return
         raise self._gave_up("save the transcript", session_id, "other writers kept saving it first")
 
@@ -491,11 +497,36 @@ class MongoStore:
         with self._errors("read the approvals", session_id):
             return _approvals.approvals(self._sessions, session_id)
 
-    def decide(self, session_id: str, decisions: Mapping[str, Decision]) -> RunState:
-        """Record ``decisions`` on the waiting calls, all or none, in one conditional update; the state after."""
+    def decide(
+        self, session_id: str, decisions: Mapping[str, Decision], *, rewrite: kit_approvals.Rewrite | None = None
+    ) -> RunState:
+        """Record ``decisions`` on the waiting calls, all or none, in one conditional update; the state after.
+
+        An edited input rewrites the wait's ``tool_use`` block (the last message) as a save
+        does, and the commit of that save, one update of the session document, also records
+        the decisions, conditional on the wait and on the approvals read.
+        """
         check_session_id(session_id)
+
+        def edit(old: str | None, new: str, pending: int, inputs: Mapping[str, str]) -> bool:
+            transcript = self.messages(session_id)
+            if not transcript:
+                raise ConflictError(f"session {session_id!r:.80} has no transcript holding its wait")
+            last = len(transcript) - 1
+            transcript[last] = kit_approvals.rewritten(rewrite, last, transcript[last], inputs)
+            plan, stored = plan_save(self._known, session_id, transcript), key(session_id)
+            state = parse_state(self._sessions.find_one({"_id": stored}, STATE_FIELDS))
+            gate = (
+                {"run_state": _approvals.WAITING, "approvals": old},
+                {"approvals": new, "pending_approvals": pending},
+            )
+            revision = self._try_save(plan, stored, state, gate=gate)
+            if revision is not None:
+                self._known.remember(session_id, revision, plan.messages)
+            return revision is not None
+
         with self._errors("record the decisions", session_id):
-            return _approvals.decide(self._sessions, session_id, decisions)
+            return _approvals.decide(self._sessions, session_id, decisions, edit=edit)
 
     def peek_steers(self, session_id: str) -> list[Steer]:
         """The waiting steers, oldest first, left in place."""
@@ -544,7 +575,9 @@ class MongoStore:
 
     # --- Saving: the compare-and-set every save ends with ------------------------------------
 
-    def _try_save(self, plan: SavePlan, stored: object, old: State | None, run: RunStep | None = None) -> int | None:
+    def _try_save(
+        self, plan: SavePlan, stored: object, old: State | None, run: RunStep | None = None, *, gate: Gate | None = None
+    ) -> int | None:
         """One attempt at a save (a run's with ``run``): its new revision, or ``None`` if another writer came first."""
         revision = new_revision()
         bodies = None
@@ -565,7 +598,7 @@ class MongoStore:
             appends = False
         if not appends and not self._insert(plan, stored, epoch, start):
             return None  # a random epoch already in use: try again with another
-        if not self._commit(plan, old, new, run):
+        if not self._commit(plan, old, new, run, gate):
             # Appended documents stay past the stored length, where no reader looks; the
             # first save to append there collides with them, cuts them off and collects them.
             if not appends:
@@ -587,15 +620,21 @@ class MongoStore:
             raise
         return True
 
-    def _commit(self, plan: SavePlan, old: State | None, new: State, run: RunStep | None = None) -> bool:
+    def _commit(
+        self, plan: SavePlan, old: State | None, new: State, run: RunStep | None = None, gate: Gate | None = None
+    ) -> bool:
         """Replace the session's transcript ``old`` with ``new``: the save's one atomic step.
 
         A plain save creates the document if it is missing; a run's (``run``) requires
-        its claim to hold it, and also renews the lease, pulls steers and may release.
+        its claim to hold it, and also renews the lease, pulls steers and may release. A
+        ``gate`` (an edited approval's) adds its condition and its fields to the update.
         """
         now = micros(utcnow())
         where = {"_id": key(plan.session_id), **revision_is(old)}
         update: dict[str, Any] = {"$set": new.document(now)}
+        if gate is not None:
+            condition, fields = gate
+            return self._sessions.update_one(where | condition, {"$set": update["$set"] | fields}).matched_count == 1
         if run is None:
             update["$setOnInsert"] = _new(plan.session_id)
             try:  # no transcript yet: the document is absent, or holds only steers or a record

@@ -47,7 +47,9 @@ def approvals(sessions: Collection[Any], session_id: str) -> list[Approval]:
     return kit_approvals.decode(doc.get("approvals") if doc else None, session_id)
 
 
-def decide(sessions: Collection[Any], session_id: str, decisions: Mapping[str, Decision]) -> RunState:
+def decide(
+    sessions: Collection[Any], session_id: str, decisions: Mapping[str, Decision], *, edit: kit_approvals.Edit
+) -> RunState:
     """Record ``decisions`` on the waiting calls, all or none, in one conditional update; the state after."""
     stored = key(session_id)
 
@@ -61,7 +63,7 @@ def decide(sessions: Collection[Any], session_id: str, decisions: Mapping[str, D
         update = {"$set": {"approvals": new, "pending_approvals": pending, "approval_deadline": deadline}}
         return sessions.update_one(waiting, update).matched_count == 1
 
-    return kit_approvals.decide(session_id, decisions, read=read, swap=swap)
+    return kit_approvals.decide(session_id, decisions, read=read, swap=swap, edit=edit)
 
 
 def pending(doc: Mapping[str, Any], state: RunState) -> int:

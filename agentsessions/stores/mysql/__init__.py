@@ -354,9 +354,12 @@ class MySQLStore:
 
     # --- Transcripts and steers (the seed's four) ------------------------------------------
 
-    def save(self, session_id: str, messages: Sequence[Message]) -> None:
-        """Make ``messages`` the transcript; writes only what is new since this store last saw it."""
-        plan = plan_save(self._known, session_id, messages)
+    def save(self, session_id: str, messages: Sequence[Message], *, holder: object | None = None) -> None:
+        """Make ``messages`` the transcript; writes only what is new since this store last saw it.
+
+        What is saved is remembered beside ``holder`` (a session handle), for as long as it lives.
+        """
+        plan = plan_save(self._known, session_id, messages, holder)
         revision, key = new_revision(), encode_text(session_id)
         rows = _rows(plan, key, plan.shared)
         with self._transaction("save the transcript", session_id, payload=_largest(rows)) as cur:
@@ -366,7 +369,7 @@ class MySQLStore:
                 record = _Record.of(cur.fetchone(), session_id)
                 _write_transcript(cur, plan, key, rows, record)
                 cur.execute(_UPDATE_SESSION, (revision, len(plan.messages), key))
-        self._known.remember(session_id, revision, plan.messages)
+        self._known.remember(session_id, revision, plan.messages, holder)
 
     def messages(self, session_id: str) -> list[Message]:
         """The session's transcript, empty if it has none."""

@@ -379,9 +379,12 @@ class PostgresStore:
 
     # --- Transcripts and steers (the seed's four) ------------------------------------------
 
-    def save(self, session_id: str, messages: Sequence[Message]) -> None:
-        """Make ``messages`` the transcript; writes only what is new since this store last saw it."""
-        plan = plan_save(self._known, session_id, messages)
+    def save(self, session_id: str, messages: Sequence[Message], *, holder: object | None = None) -> None:
+        """Make ``messages`` the transcript; writes only what is new since this store last saw it.
+
+        What is saved is remembered beside ``holder`` (a session handle), for as long as it lives.
+        """
+        plan = plan_save(self._known, session_id, messages, holder)
         revision, key = new_revision(), encode_text(session_id)
         with self._connection("save the transcript", session_id) as (conn, watch):
             # Another writer coming between is rare: then the first transaction wrote
@@ -392,7 +395,7 @@ class PostgresStore:
                     assert stored is not None  # RETURNING always gives the one record
                     _write_messages(conn, key, plan, stored[0], stored[1])
                     conn.execute(_SAVED, (revision, len(plan.messages), key))
-        self._known.remember(session_id, revision, plan.messages)
+        self._known.remember(session_id, revision, plan.messages, holder)
 
     def messages(self, session_id: str) -> list[Message]:
         """The session's transcript, empty if it has none."""

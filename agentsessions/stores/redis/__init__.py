@@ -162,16 +162,19 @@ class RedisStore:
 
     # --- Transcripts and steers (the seed's four) ------------------------------------------
 
-    def save(self, session_id: str, messages: Sequence[Message]) -> None:
-        """Make ``messages`` the transcript; sends only what is new since this store last saw it."""
-        plan = plan_save(self._known, session_id, messages)
+    def save(self, session_id: str, messages: Sequence[Message], *, holder: object | None = None) -> None:
+        """Make ``messages`` the transcript; sends only what is new since this store last saw it.
+
+        What is saved is remembered beside ``holder`` (a session handle), for as long as it lives.
+        """
+        plan = plan_save(self._known, session_id, messages, holder)
         key, revision = encode_text(session_id), new_revision()
         keys = [self._record(key), self._messages(key), self._index]
         with self._errors("save the transcript", session_id):
             for base, keep in self._bases(key, plan):
                 if self._save(keys, [key, *_tail(plan, base, keep, revision)]):
                     break
-        self._known.remember(session_id, revision, plan.messages)
+        self._known.remember(session_id, revision, plan.messages, holder)
 
     def messages(self, session_id: str) -> list[Message]:
         """The session's transcript, empty if it has none: one MULTI/EXEC."""

@@ -56,6 +56,7 @@ from agentsessions.stores.kit.approvals import check_wait, deadline_of, decode, 
 from agentsessions.stores.kit.failures import translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
+from agentsessions.stores.kit.prune import PruneFilter, check_prune, in_batches
 from agentsessions.stores.sqlite._schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, migrator, prepare
 
 __all__ = ["MIGRATIONS", "PAGE_SIZE", "SCHEMA", "SCHEMA_VERSION", "SQLiteStore", "migrator", "open"]
@@ -212,14 +213,17 @@ class SQLiteStore:
 
     # --- Transcripts and steers (the seed's four) ------------------------------------------
 
-    def save(self, session_id: str, messages: Sequence[Message]) -> None:
-        """Make ``messages`` the transcript; writes only what is new since this store last saw it."""
-        plan = plan_save(self._known, session_id, messages)
+    def save(self, session_id: str, messages: Sequence[Message], *, holder: object | None = None) -> None:
+        """Make ``messages`` the transcript; writes only what is new since this store last saw it.
+
+        What is saved is remembered beside ``holder`` (a session handle), for as long as it lives.
+        """
+        plan = plan_save(self._known, session_id, messages, holder)
         revision, key = new_revision(), encode_text(session_id)
         with self._errors("save the transcript", session_id), self._transaction() as db:
             _write_messages(db, key, plan, db.execute(_SELECT_SESSION, (key,)).fetchone())
             db.execute(_UPSERT_SESSION, (key, revision, len(plan.messages), _now()))
-        self._known.remember(session_id, revision, plan.messages)
+        self._known.remember(session_id, revision, plan.messages, holder)
 
     def messages(self, session_id: str) -> list[Message]:
         """The session's transcript, empty if it has none."""
@@ -303,6 +307,35 @@ class SQLiteStore:
             db.execute(_DELETE_APPROVALS, (key,))  # not counted: a session with approvals has its record
         self._known.forget(session_id)
         return removed > 0
+
+    def prune(
+        self,
+        *,
+        updated_before: datetime.datetime,
+        state: RunState | Collection[RunState] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        batch: int = 500,
+    ) -> int:
+        """Delete the sessions last updated before ``updated_before`` (ended ones by default), a transaction a batch."""
+        wanted = check_prune(updated_before, state, metadata, batch)
+        listing = self.sessions(state=wanted.states, updated_before=wanted.before, metadata=wanted.pairs)
+        ids = (info.id for info in listing)
+        return in_batches(ids, wanted.batch, functools.partial(self._prune_batch, wanted=wanted))
+
+    def _prune_batch(self, ids: list[str], wanted: PruneFilter) -> int:
+        # Each record is read again in the transaction that deletes it: a claim that came first keeps it.
+        with self._errors("prune the sessions"), self._transaction() as db:
+            now, gone = _now(), []
+            for session_id in ids:
+                row = db.execute(_INFO, (encode_text(session_id),)).fetchone()
+                if row is not None and wanted.matches(_info(row, now)):
+                    gone.append(session_id)
+            for key in map(encode_text, gone):  # what delete removes
+                for sql in (*_DELETE_SESSION, _DELETE_APPROVALS):
+                    db.execute(sql, (key,))
+        for session_id in gone:
+            self._known.forget(session_id)
+        return len(gone)
 
     def cancel(self, session_id: str) -> bool:
         """Ask the live run holding the session to stop; ``False``, writing nothing, when none holds it."""
