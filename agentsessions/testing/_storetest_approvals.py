@@ -367,9 +367,7 @@ def _check_expiry(context: Context) -> None:
         expiries = dict.fromkeys(past, Decision(EXPIRED))
         check_equal(store.decide(session_id, expiries), RunState.WAITING, "decide() recording expiries")
         check_equal(replica.decide(session_id, expiries), RunState.WAITING, "the same expiries again (a retry)")
-        after = [
-            attrs.evolve(c, decision=EXPIRED, decided_at=c.expires_at) if c.call_id in past else c for c in calls
-        ]
+        after = [attrs.evolve(c, decision=EXPIRED, decided_at=c.expires_at) if c.call_id in past else c for c in calls]
         check_equal(replica.approvals(session_id), after, "approvals() after the expiries")
         info = runs_replica.info(session_id)
         check_equal(
