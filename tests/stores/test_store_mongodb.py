@@ -623,8 +623,9 @@ def test_forks_racing_saves_of_their_source_copy_a_prefix_of_one_saved_version(d
         try:
             for n in itertools.count(1):
                 # A run saves between turns, not back to back: a fork of the whole transcript
-                # must find one quiet moment as long as its copy takes.
-                if done.wait(0.05):
+                # must find one quiet moment as long as its copy takes (0.05 s was shorter than
+                # a 100-message copy on a loaded 2-core CI machine, and the fork timed out).
+                if done.wait(0.2):
                     return
                 saver.save("churned", versions[n % 2])
         except BaseException as error:
