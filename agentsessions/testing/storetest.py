@@ -26,10 +26,12 @@ cancel, the refusal of bad arguments to run calls) run when the store is a
 store with only the four methods of
 :class:`~agentsessions.session.Store`; so is :data:`KEYS` (steer keys) for a store whose
 ``add_steer`` takes no ``key``, :data:`BUSY` (``if_busy`` policies) for one whose
-``add_steer`` takes no ``if_busy``, and :data:`EDIT` (an approval with an edited input) for
-one whose ``decide`` takes no ``rewrite``. They delete every session they make; the
-sessions of the other properties stay behind. Importing this module imports Hypothesis;
-``import agentsessions`` never does.
+``add_steer`` takes no ``if_busy``, :data:`EDIT` (an approval with an edited input) for
+one whose ``decide`` takes no ``rewrite``, and :data:`PRUNE` for one without ``prune``
+(:class:`~agentsessions.session.PruneStore`) or without metadata: every prune it makes names a
+pair fresh to the run, so that a store that honours it deletes no session of anyone else's.
+They delete every session they make; the sessions of the other properties stay behind.
+Importing this module imports Hypothesis; ``import agentsessions`` never does.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ from agentsessions.testing._storetest_fork import FORK, FORK_CHECKS
 from agentsessions.testing._storetest_keys import KEY_CHECKS, KEYS
 from agentsessions.testing._storetest_many import MANY, check_many
 from agentsessions.testing._storetest_metadata import METADATA, METADATA_CHECKS
+from agentsessions.testing._storetest_prune import PRUNE, PRUNE_CHECKS, prunes
 from agentsessions.testing._storetest_runs import RUN_CHECKS, RUN_PROPERTIES
 from agentsessions.testing._storetest_schema import SCHEMA, SCHEMA_CHECKS, versioned
 from agentsessions.testing._storetest_support import (
@@ -99,6 +102,7 @@ __all__ = [
     "MANY",
     "METADATA",
     "PROPERTIES",
+    "PRUNE",
     "RUN_PROPERTIES",
     "SCHEMA",
     "Report",
@@ -127,6 +131,7 @@ PROPERTIES: tuple[str, ...] = (
     FORK,
     *APPROVAL_PROPERTIES,
     METADATA,
+    PRUNE,
     SCHEMA,
 )
 """The names of the properties :func:`run` checks, in the order it checks them."""
@@ -154,6 +159,7 @@ class Report:
     ``if_busy`` property for one whose ``add_steer`` takes no ``if_busy``
     (:func:`~agentsessions.session.keeps_busy_policies`), the
     metadata property for one that is not a :class:`~agentsessions.session.MetadataStore`, the
+    prune property for one without ``prune`` (or without metadata, which its prunes name), the
     schema property for one without ``schema_version`` (a store with no database).
     """
 
@@ -230,6 +236,7 @@ def _check(names: Sequence[str], factory: Callable[[], Store], max_examples: int
             or (name in APPROVAL_PROPERTIES and not isinstance(context.store, ApprovalStore))
             or (name == EDIT and not edits_inputs(context.store))
             or (name == METADATA and not isinstance(context.store, MetadataStore))
+            or (name == PRUNE and not prunes(context.store))
             or (name == SCHEMA and not versioned(context.store))
         ):
             skipped.append(name)
@@ -668,6 +675,7 @@ _CHECKS: dict[str, Callable[[Context], None]] = {
     **BUSY_CHECKS,
     **APPROVAL_CHECKS,
     **METADATA_CHECKS,
+    **PRUNE_CHECKS,
     **SCHEMA_CHECKS,
     MODEL: _check_model,
     VERBATIM: _check_verbatim,

@@ -521,6 +521,74 @@ class DecidesBusyApart(MemoryStore):
             entry.lock.release()
 
 
+class PrunesLiveLeases(MemoryStore):
+    """Goes by the last save alone: an old session that a live run holds is deleted too."""
+
+    def prune(
+        self,
+        *,
+        updated_before: datetime.datetime,
+        state: RunState | Collection[RunState] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        batch: int = 500,
+    ) -> int:
+        """Prune, then delete the live ones as well."""
+        count = super().prune(updated_before=updated_before, state=state, metadata=metadata, batch=batch)
+        held = list(self.sessions(state=RunState.RUNNING, updated_before=updated_before, metadata=metadata))
+        return count + sum(self.delete(info.id) for info in held)
+
+
+class PrunesIgnoringMetadata(MemoryStore):
+    """Drops ``metadata``: every old ended session goes, whoever's it is."""
+
+    def prune(
+        self,
+        *,
+        updated_before: datetime.datetime,
+        state: RunState | Collection[RunState] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        batch: int = 500,
+    ) -> int:
+        """Prune without the metadata."""
+        return super().prune(updated_before=updated_before, state=state, batch=batch)
+
+
+class PrunesWaitingByDefault(MemoryStore):
+    """Takes ``state=None`` for every state a prune may name: a session waiting for approval goes."""
+
+    def prune(
+        self,
+        *,
+        updated_before: datetime.datetime,
+        state: RunState | Collection[RunState] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        batch: int = 500,
+    ) -> int:
+        """Prune, waiting sessions included."""
+        every = [s for s in RunState if s is not RunState.RUNNING] if state is None else state
+        return super().prune(updated_before=updated_before, state=every, metadata=metadata, batch=batch)
+
+
+class CannotPrune(MemoryStore):
+    """A run store without ``prune`` (hidden the only way a class can hide a method)."""
+
+    prune = None  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize("broken", [PrunesLiveLeases, PrunesIgnoringMetadata, PrunesWaitingByDefault])
+def test_a_store_that_prunes_the_wrong_sessions_fails_the_prune_property(broken: type[MemoryStore]) -> None:
+    # storetest.check alone: no other property calls prune, so the others pass these stores.
+    with pytest.raises(AssertionError, match=f"^storetest property {re.escape(repr(storetest.PRUNE))}: ") as caught:
+        storetest.check(storetest.PRUNE, broken, max_examples=EXAMPLES)
+    assert "deleted" in str(caught.value) and caught.value.__cause__ is not None
+
+
+def test_a_run_store_without_prune_skips_the_prune_property() -> None:
+    assert storetest.check(storetest.PRUNE, CannotPrune, max_examples=2).skipped == (storetest.PRUNE,)
+    report = storetest.check(storetest.PRUNE, MemoryStore, max_examples=2)
+    assert report.skipped == () and report.examples[storetest.PRUNE] >= 2
+
+
 class KeylessRunStore(MemoryStore):
     """A run store written before steer keys: its add_steer takes no key."""
 
@@ -604,9 +672,11 @@ def test_a_store_with_only_the_seed_methods_skips_the_run_properties() -> None:
     skipped = (
         *storetest.RUN_PROPERTIES,
         storetest.KEYS,
+        storetest.BUSY,
         storetest.FORK,
         *storetest.APPROVAL_PROPERTIES,
         storetest.METADATA,
+        storetest.PRUNE,
         storetest.SCHEMA,
     )
     assert report.skipped == skipped
