@@ -34,12 +34,17 @@ FAKE_KEY = "sk-fake-key"
 
 @attrs.frozen
 class Fail:
-    """An error answer: status, the provider's error type and message, optional Retry-After."""
+    """An error answer: status, the provider's error type and message, optional Retry-After.
+
+    ``code`` is the error's ``code`` where the provider's format has one (OpenAI's, such as
+    ``context_length_exceeded``); the Messages API's has none.
+    """
 
     status: int
     type: str
     message: str
     retry_after: str | None = None
+    code: str | None = None
 
 
 @attrs.frozen
@@ -66,9 +71,9 @@ class Seen:
 class Rejected(Exception):
     """Raised by a fake's checks: the request is answered with this error, as the real API would."""
 
-    def __init__(self, status: int, type: str, message: str, param: str | None = None) -> None:
+    def __init__(self, status: int, type: str, message: str, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
-        self.fail = Fail(status, type, message)
+        self.fail = Fail(status, type, message, code=code)
         self.param = param
 
 
@@ -76,6 +81,9 @@ class Handler(BaseHTTPRequestHandler):
     """Hands every POST to the owning :class:`FakeServer`."""
 
     protocol_version = "HTTP/1.1"  # keep-alive and chunked streams, like the real APIs
+    # Headers and body go out as separate writes: with Nagle's algorithm on, the body waits
+    # for the client's delayed ACK of the headers (40 ms on Linux), for every request.
+    disable_nagle_algorithm = True
     server: _Server
     extra_headers: dict[str, str]  # set per request by FakeServer.handle: the request id
 
