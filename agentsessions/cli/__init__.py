@@ -1,4 +1,4 @@
-"""The ``agentsessions`` command: look at, steer, stop, fork, delete, export and import sessions in a store.
+"""The ``agentsessions`` command: look at, steer, stop, fork, delete, prune, export and import sessions.
 
     agentsessions [--store URL] [--keys FILE] COMMAND ...        (or: python -m agentsessions ...)
 
@@ -16,6 +16,11 @@
                                    refuses a waiting call: the model reads the reason
     fork ID NEW [--at N]           NEW gets ID's first N messages (all without --at)
     delete ID...                   transcript, steers and record, for each ID
+    prune --older-than 30d [--state STATE]... [--metadata K=V]... [--dry-run] [--batch N]
+                                   deletes the sessions last saved before then (by default the
+                                   ended ones: idle, finished, failed, cancelled; waiting only
+                                   when --state names it; never one a live run holds), a batch
+                                   at a time, the running count on stderr; --dry-run counts them
     export ID                      the transcript in the agentsessions.dumps form, on stdout
     import ID FILE [--replace]     a transcript in that form from FILE (- for stdin)
     console [--bind HOST:PORT]     a web console over the store (default 127.0.0.1:8700); prints
@@ -59,8 +64,9 @@ Exit codes:
      ID missing, after deleting the others); for cancel also: no live run holds it
   2  bad input or usage: arguments, session ids, a transcript that is not the dumps form,
      approve --input that is not a JSON object or does not fit the tool's schema,
-     fork --at outside 0..length, fork on a store that cannot fork; a keys file that cannot
-     be read; a row that does not decrypt (rekey: sessions that did not, each named)
+     fork --at outside 0..length, fork on a store that cannot fork, prune on one that cannot
+     prune or with --state running; a keys file that cannot be read; a row that does not
+     decrypt (rekey: sessions that did not, each named)
   3  busy or conflict: import over an existing session without --replace, or over one a
      run holds; fork into an existing id; another run holds the session; rekey left
      sessions that runs held (run it again); steer --key K where the session holds K for

@@ -94,7 +94,8 @@ def _run(args: argparse.Namespace, io: Streams) -> int:
         if args.command == "import":  # first: a file that is no transcript must not create a SQLite file
             args.transcript = loads(read_input(args.file))
         with _driver_logs(io.err, url), open_store(url, create=args.command == "import") as store:
-            if args.keyring is not None and args.command != "rekey":  # rekey reads the rows themselves
+            # rekey reads the rows themselves; prune reads only records, which are kept in clear.
+            if args.keyring is not None and args.command not in ("rekey", "prune"):
                 from agentsessions.crypto import encrypted
 
                 store = encrypted(store, args.keyring)

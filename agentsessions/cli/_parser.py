@@ -10,6 +10,7 @@ from typing import NoReturn
 
 from agentsessions.cli import _admin as admin
 from agentsessions.cli import _approvals as approvals_
+from agentsessions.cli import _prune as prune_
 from agentsessions.cli import _sessions as sessions
 from agentsessions.cli._args import count, duration, pair, seconds, state
 from agentsessions.cli._base import ENVIRONMENT, KEYS_ENVIRONMENT, PROG, Exit
@@ -31,7 +32,7 @@ def parser() -> argparse.ArgumentParser:
     doc = cli.__doc__ or ""
     top = _Parser(
         prog=PROG,
-        description="Look at, steer, stop, fork, delete, export and import agentsessions sessions in a store, "
+        description="Look at, steer, stop, fork, delete, prune, export and import agentsessions sessions in a store, "
         "and migrate its schema.",
         epilog=doc[doc.index("Store URLs") :],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -101,6 +102,18 @@ def parser() -> argparse.ArgumentParser:
     imports.add_argument("id")
     imports.add_argument("file", metavar="FILE")
     imports.add_argument("--replace", action="store_true", help="overwrite an existing session's transcript")
+    prunes = command("prune", prune_.prune, "Delete the sessions last saved before --older-than, in batches.")
+    prunes.add_argument(
+        "--older-than", type=duration, required=True, metavar="DURATION", help="last saved before this long ago (30d)"
+    )
+    prunes.add_argument(
+        "--state", type=state, action="append", help="only this state (repeat; default: the ended states)"
+    )
+    prunes.add_argument("--metadata", type=pair, action="append", metavar="K=V", help="holding this pair (repeat)")
+    prunes.add_argument("--dry-run", action="store_true", help="print how many would go; delete nothing")
+    prunes.add_argument(
+        "--batch", type=functools.partial(count, least=1), default=500, metavar="N", help="sessions per step (500)"
+    )
     migrate = command("migrate", admin.no_store, "Bring the store's schema to this release's version, under a lock.")
     migrate.add_argument("--plan", action="store_true", help="print the version found and the steps; apply nothing")
     migrate.add_argument("--sql", action="store_true", help="print only the steps' statements (for your own tool)")
