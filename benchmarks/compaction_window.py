@@ -31,10 +31,10 @@ import attrs
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import agentsessions as agent
-from agentsessions.endpoints import AnthropicEndpoint, OpenAIEndpoint
+from agentsessions.endpoints import AnthropicEndpoint, OpenAIEndpoint, OpenAIResponsesEndpoint
 from agentsessions.stores.memory import MemoryStore
 from agentsessions.testing.fakes import chat_completions as chat
-from agentsessions.testing.fakes import messages
+from agentsessions.testing.fakes import messages, responses
 from agentsessions.testing.fakes.prompt_cache import chat_prompt_tokens, prompt_tokens
 from agentsessions.testing.fakes.server import FAKE_KEY, FakeServer
 
@@ -90,6 +90,11 @@ def _chat_billed(usages: list[dict[str, Any]]) -> tuple[int, int, int]:
     return sum(u["prompt_tokens"] for u in usages) - cached, 0, cached
 
 
+def _responses_billed(usages: list[dict[str, Any]]) -> tuple[int, int, int]:
+    cached = sum(u["input_tokens_details"]["cached_tokens"] for u in usages)
+    return sum(u["input_tokens"] for u in usages) - cached, 0, cached
+
+
 PROVIDERS = (
     Provider(
         "Anthropic Messages",
@@ -108,6 +113,15 @@ PROVIDERS = (
         lambda fake: OpenAIEndpoint("gpt-test", api_key=FAKE_KEY, base_url=fake.base_url),
         chat_prompt_tokens,
         _chat_billed,
+    ),
+    Provider(
+        "OpenAI Responses",
+        responses.FakeResponsesAPI,
+        lambda i: responses.Answer(calls=[chat.Call(f"call_{i:03d}", "look", json.dumps({"n": i}))]),
+        lambda text: responses.Answer(text),
+        lambda fake: OpenAIResponsesEndpoint("gpt-test", api_key=FAKE_KEY, base_url=fake.base_url),
+        chat_prompt_tokens,
+        _responses_billed,
     ),
 )
 SUMMARY = "Summary: the pages read so far, each finding with its page, source and date. " * 10  # ~200 tokens

@@ -77,7 +77,7 @@ def test_the_compaction_benchmark_prints_both_runs_for_each_provider() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     rows = [line.split() for line in done.stdout.splitlines() if line.startswith(("  Anthropic", "  OpenAI"))]
-    assert len(rows) == 4, done.stdout
-    for provider in ("Anthropic", "OpenAI"):
-        without, with_ = (row for row in rows if row[0] == provider)
+    assert len(rows) == 6, done.stdout
+    for provider in ("Messages", "Chat", "Responses"):
+        without, with_ = (row for row in rows if row[1].rstrip(",") == provider)
         assert "never" in with_ and "never" not in without, done.stdout  # only the compacted run fits the window

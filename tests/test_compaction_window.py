@@ -19,10 +19,10 @@ import requests
 
 import agentsessions as agent
 from agentsessions import events as ev
-from agentsessions.endpoints import AnthropicEndpoint, OpenAIEndpoint
+from agentsessions.endpoints import AnthropicEndpoint, OpenAIEndpoint, OpenAIResponsesEndpoint
 from agentsessions.stores import sqlite
 from agentsessions.testing.fakes import chat_completions as chat
-from agentsessions.testing.fakes import messages
+from agentsessions.testing.fakes import messages, responses
 from agentsessions.testing.fakes.prompt_cache import chat_prompt_tokens, prompt_tokens
 from agentsessions.testing.fakes.server import FAKE_KEY, FakeServer
 
@@ -68,7 +68,17 @@ OPENAI = Provider(
     lambda fake: OpenAIEndpoint("gpt-test", api_key=FAKE_KEY, base_url=fake.base_url),
     chat_prompt_tokens,
 )
-PROVIDERS = pytest.mark.parametrize("provider", [ANTHROPIC, OPENAI], ids=["anthropic", "openai"])
+RESPONSES = Provider(  # streamed: the Responses API refuses a streamed request inside the stream
+    responses.FakeResponsesAPI,
+    lambda i: responses.Answer(calls=[chat.Call(f"call_{i:03d}", "look", json.dumps({"n": i}))]),
+    lambda text: responses.Answer(text),
+    lambda fake: OpenAIResponsesEndpoint("gpt-test", api_key=FAKE_KEY, base_url=fake.base_url, stream=True),
+    chat_prompt_tokens,
+)
+PROVIDERS = pytest.mark.parametrize(
+    "provider", [ANTHROPIC, OPENAI, RESPONSES], ids=["anthropic", "openai", "responses-streamed"]
+)
+TOO_LONG = "Your input exceeds the context window of this model. Please adjust your input and try again."
 
 
 @pytest.fixture
@@ -109,14 +119,15 @@ def test_a_300_step_run_with_compaction_is_never_refused_and_the_store_keeps_eve
     provider: Provider, store: sqlite.SQLiteStore
 ) -> None:
     summaries = [provider.answer(f"Summary {n}: pages read so far, each as the tool returned it.") for n in range(60)]
-    with provider.fake(_script(provider), context_window=WINDOW) as fake, provider.fake(summaries) as summarizer:
+    window = {"context_window": WINDOW}
+    with provider.fake(_script(provider), **window) as fake, provider.fake(summaries, **window) as summarizer:
         compaction = attrs.evolve(COMPACTION, summarizer=provider.endpoint(summarizer))
         seen = _run(provider, fake, store, compaction=compaction)
-        sizes = [provider.count(request.body) for request in fake.requests]
+        sizes = [provider.count(request.body) for request in fake.requests + summarizer.requests]
     assert fake.attempts == STEPS  # every request accepted, none refused or retried
     assert max(sizes) <= WINDOW
     compacted = [e for e in seen if isinstance(e, ev.Compacted)]
-    assert len(compacted) >= 3
+    assert len(compacted) >= 3 and summarizer.attempts == len(compacted)  # no summary request refused either
     stored = store.messages("long")
     assert _plain(stored) == _expected(provider)
     summary_messages = [m for m in stored if m not in _plain(stored)]
@@ -134,10 +145,14 @@ def test_the_same_run_without_compaction_is_refused_with_the_providers_error(
         refused = fake.requests[-1].body
     error = raised.value.__cause__
     assert isinstance(error, agent.EndpointStatusError)
-    assert (error.status, error.type) == (400, "invalid_request_error")
+    status = 200 if provider is RESPONSES else 400  # refused inside the stream: the stream's own status
+    assert (error.status, error.type) == (status, "invalid_request_error")
     size = provider.count(refused)
     if provider is ANTHROPIC:
         assert error.message == f"prompt is too long: {size} tokens > {WINDOW} maximum"
+    elif provider is RESPONSES:
+        assert size > WINDOW
+        assert error.message == TOO_LONG
     else:
         assert error.message == (
             f"This model's maximum context length is {WINDOW} tokens. However, your messages resulted in "
@@ -205,3 +220,22 @@ def test_the_chat_completions_fake_reads_a_repeated_start_from_its_cache_in_step
     assert cold["prompt_tokens_details"]["cached_tokens"] == 0
     assert warm["prompt_tokens"] == chat_prompt_tokens({"messages": again})
     assert warm["prompt_tokens_details"]["cached_tokens"] == start // 128 * 128
+
+
+def test_the_responses_fake_refuses_a_prompt_over_its_window_whole_and_in_a_stream() -> None:
+    body = {"model": "m", "input": [{"role": "user", "content": [{"type": "input_text", "text": "word " * 400}]}]}
+    headers = {"authorization": f"Bearer {FAKE_KEY}"}
+    size = chat_prompt_tokens(body)
+    error = {"message": TOO_LONG, "type": "invalid_request_error", "param": "input", "code": "context_length_exceeded"}
+    with responses.FakeResponsesAPI([responses.Answer("ok")], context_window=size - 1) as fake:
+        whole = _post(fake, body, headers)
+        streamed = _post(fake, {**body, "stream": True}, headers)
+        fake.context_window = size
+        fitting = _post(fake, body, headers)
+    assert whole.status_code == 400
+    assert whole.json() == {"error": error}
+    assert streamed.status_code == 200
+    events = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: ")]
+    assert [e["type"] for e in events] == ["response.created", "response.in_progress", "error"]
+    assert events[-1] == {"type": "error", "sequence_number": 2, "error": error}
+    assert fitting.json()["usage"]["input_tokens"] == size

@@ -23,7 +23,8 @@ breakpoints; a prompt of 1,024 tokens or more is cached, and a later prompt that
 with a cached one reads its longest cached start, in steps of 128 tokens. Here a prompt is
 its tools, then its messages, each counted as one token per four bytes of its JSON (at
 least one), and a cached start ends at a tool or message boundary
-(:func:`chat_prompt_tokens` is the whole count).
+(:func:`chat_prompt_tokens` is the whole count). The Responses API's cache is the same, its
+prompt being its instructions, tools and input items.
 """
 
 from __future__ import annotations
@@ -92,11 +93,18 @@ class PromptCache:
 
 
 def _chat_units(body: dict[str, Any]) -> list[Any]:
+    if "messages" not in body:  # the Responses API: instructions, tools, input items
+        items = body.get("input", [])
+        instructions = [{"instructions": body["instructions"]}] if body.get("instructions") else []
+        return [*instructions, *body.get("tools", []), *(items if isinstance(items, list) else [items])]
     return [*body.get("tools", []), *body["messages"]]
 
 
 def chat_prompt_tokens(body: dict[str, Any]) -> int:
-    """Every token of a Chat Completions request's prompt (tools, then messages)."""
+    """Every token of a Chat Completions request's prompt (tools, then messages).
+
+    A Responses API request counts the same way: its instructions, tools, then input items.
+    """
     return sum(max(1, len(json.dumps(unit)) // 4) for unit in _chat_units(body))
 
 

@@ -215,11 +215,15 @@ class FakeServer:
                 raise Rejected(400, "invalid_request_error", "The request body is not valid JSON.")
             self.check(headers, body)
         except Rejected as rejected:
-            handler.send_json(rejected.fail.status, self.error_body(rejected.fail, rejected.param, request_id))
+            self.refuse(handler, body, rejected, request_id)
             return
         with self._lock:
             answer = self.script.popleft() if self.script else Fail(500, "api_error", "the fake has no answer left")
         self.answer(handler, body, answer, request_id)
+
+    def refuse(self, handler: Handler, body: object, rejected: Rejected, request_id: str) -> None:
+        """Answer a request :meth:`check` refused: the provider's error body with its status."""
+        handler.send_json(rejected.fail.status, self.error_body(rejected.fail, rejected.param, request_id))
 
     def answer(self, handler: Handler, body: dict[str, Any], answer: object, request_id: str) -> None:
         """Send ``answer``, one of the shared kinds or the subclass's reply."""
