@@ -63,3 +63,21 @@ def test_session_listing_quick_mode_lists_the_user_beside_listing_by_state() -> 
         assert f"{store},     1,000 sessions" in done.stdout or f"{store}: skipped (" in done.stdout, done.stdout
     peer = "LangGraph PostgresSaver,     1,000 sessions"
     assert peer in done.stdout or "langgraph: skipped (" in done.stdout, done.stdout
+
+
+def test_the_compaction_benchmark_prints_both_runs_for_each_provider() -> None:
+    argv = ["--steps", "30", "--window", "9000", "--trigger", "6000", "--keep", "2000"]
+    done = subprocess.run(
+        [sys.executable, "benchmarks/compaction_window.py", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line.split() for line in done.stdout.splitlines() if line.startswith(("  Anthropic", "  OpenAI"))]
+    assert len(rows) == 6, done.stdout
+    for provider in ("Messages", "Chat", "Responses"):
+        without, with_ = (row for row in rows if row[1].rstrip(",") == provider)
+        assert "never" in with_ and "never" not in without, done.stdout  # only the compacted run fits the window

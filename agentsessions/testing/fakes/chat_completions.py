@@ -12,6 +12,17 @@ The checks are the ones the real API makes on what this library sends: a Bearer 
 (a wrong one is echoed masked, as OpenAI does), tool messages that answer the
 ``tool_calls`` of the assistant message before them, every call answered before the
 conversation goes on, ``stream_options`` only with ``stream``, one token limit.
+
+``count_tokens=True`` makes ``usage.prompt_tokens`` the fake's own count and
+``prompt_tokens_details.cached_tokens`` what the API's automatic prompt cache would read
+(see :class:`PrefixCache`). ``context_window=M`` refuses, after every other check, a
+request whose prompt counts more than ``M`` tokens, as the API does: HTTP 400,
+``invalid_request_error``, ``param: "messages"``, ``code: "context_length_exceeded"``,
+``This model's maximum context length is M tokens. However, your messages resulted in N
+tokens. Please reduce the length of the messages.`` The count is
+:func:`chat_prompt_tokens`: one token per four bytes of the JSON of each tool and each
+message, at least one apiece; deterministic, and the same count the usage reports (a
+window turns ``count_tokens`` on).
 """
 
 from __future__ import annotations
@@ -22,7 +33,8 @@ from typing import Any
 
 import attrs
 
-from agentsessions.testing.fakes.server import Fail, FakeServer, Handler, Rejected, pieces
+from agentsessions.testing.fakes.prompt_cache import PrefixCache, chat_prompt_tokens
+from agentsessions.testing.fakes.server import FAKE_KEY, Fail, FakeServer, Handler, Rejected, pieces
 
 NO_KEY = (
     "You didn't provide an API key. You need to provide your API key in an Authorization header using "
@@ -80,6 +92,19 @@ class FakeChatCompletionsAPI(FakeServer):
     path = "/v1/chat/completions"
     request_id_header = "x-request-id"
 
+    def __init__(
+        self,
+        script: Sequence[object] = (),
+        *,
+        api_key: str = FAKE_KEY,
+        count_tokens: bool = False,
+        context_window: int | None = None,
+    ) -> None:
+        super().__init__(script, api_key=api_key)
+        self.context_window = context_window
+        self.cache = PrefixCache() if count_tokens or context_window is not None else None
+        self.usages: list[dict[str, Any]] = []  # the usage of each answer, in order
+
     @property
     def url(self) -> str:
         """The base URL a client is given."""
@@ -92,7 +117,7 @@ class FakeChatCompletionsAPI(FakeServer):
 
     def error_body(self, fail: Fail, param: str | None, request_id: str) -> object:
         """``{"error": {"message", "type", "param", "code"}}``."""
-        code = "invalid_api_key" if fail.status == 401 and fail.message != NO_KEY else None
+        code = fail.code or ("invalid_api_key" if fail.status == 401 and fail.message != NO_KEY else None)
         return {"error": {"message": fail.message, "type": fail.type, "param": param, "code": code}}
 
     def check_key(self, headers: dict[str, str]) -> None:
@@ -122,6 +147,15 @@ class FakeChatCompletionsAPI(FakeServer):
             if tool.get("type") != "function" or not isinstance(tool.get("function", {}).get("name"), str):
                 raise _invalid(f"Missing required parameter: 'tools[{index}].function.name'.", f"tools[{index}]")
         self._check_messages(body["messages"])
+        if self.context_window is not None and (size := chat_prompt_tokens(body)) > self.context_window:
+            raise Rejected(
+                400,
+                "invalid_request_error",
+                f"This model's maximum context length is {self.context_window} tokens. However, your messages "
+                f"resulted in {size} tokens. Please reduce the length of the messages.",
+                "messages",
+                "context_length_exceeded",
+            )
 
     @staticmethod
     def _check_messages(messages: list[Any]) -> None:
@@ -173,13 +207,18 @@ class FakeChatCompletionsAPI(FakeServer):
         """Answer with a chat.completion object, or stream it as chunks."""
         assert isinstance(answer, Reply), f"not an answer this fake knows: {answer!r}"
         finish_reason = answer.finish_reason or ("tool_calls" if answer.tool_calls else "stop")
+        prompt, cached = answer.prompt_tokens, answer.cached_tokens
+        if self.cache is not None:
+            with self._lock:
+                prompt, cached = self.cache.account(body)
         usage: dict[str, Any] = {
-            "prompt_tokens": answer.prompt_tokens,
+            "prompt_tokens": prompt,
             "completion_tokens": answer.completion_tokens,
-            "total_tokens": answer.prompt_tokens + answer.completion_tokens,
+            "total_tokens": prompt + answer.completion_tokens,
         }
-        if answer.cached_tokens is not None:
-            usage["prompt_tokens_details"] = {"cached_tokens": answer.cached_tokens, "audio_tokens": 0}
+        if cached is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": cached, "audio_tokens": 0}
+        self.usages.append(usage)
         if not body.get("stream"):
             message: dict[str, Any] = {"role": "assistant", "content": answer.content, "refusal": answer.refusal}
             if answer.reasoning_content is not None:

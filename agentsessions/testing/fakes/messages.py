@@ -33,6 +33,12 @@ beta header. A :class:`Reply` with
 
 ``count_tokens=True`` makes the usage the fake's own count, with the prompt cache the API
 documents: see :class:`PromptCache`.
+
+``context_window=M`` refuses, after every other check, a request whose prompt counts more
+than ``M`` tokens, as the API does: HTTP 400, ``invalid_request_error``, ``prompt is too
+long: N tokens > M maximum``. The count is :func:`prompt_tokens`: one token per four bytes of
+each block's JSON (tools, system, messages), at least one a block; deterministic, and the
+same count the usage reports (a window turns ``count_tokens`` on).
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from typing import Any
 
 import attrs
 
-from agentsessions.testing.fakes.prompt_cache import PromptCache
+from agentsessions.testing.fakes.prompt_cache import PromptCache, prompt_tokens
 from agentsessions.testing.fakes.server import FAKE_KEY, Fail, FakeServer, Handler, Rejected, dumps, pieces
 
 PREFILL_REFUSED = (
@@ -121,10 +127,12 @@ class FakeMessagesAPI(FakeServer):
         api_key: str = FAKE_KEY,
         prefill: bool = True,
         count_tokens: bool = False,
+        context_window: int | None = None,
     ) -> None:
         super().__init__(script, api_key=api_key)
         self.prefill = prefill
-        self.cache = PromptCache() if count_tokens else None
+        self.context_window = context_window
+        self.cache = PromptCache() if count_tokens or context_window is not None else None
         self.usages: list[dict[str, Any]] = []  # the usage of each answer, in order
         self._ids = 0
 
@@ -156,6 +164,8 @@ class FakeMessagesAPI(FakeServer):
         _check_compaction(headers, body)
         self._check_thinking(body)
         self._check_breakpoints(body)
+        if self.context_window is not None and (size := prompt_tokens(body)) > self.context_window:
+            raise _invalid(f"prompt is too long: {size} tokens > {self.context_window} maximum")
 
     @staticmethod
     def _check_thinking(body: dict[str, Any]) -> None:

@@ -1,4 +1,6 @@
-"""The Messages API's prompt cache, as its documentation describes it, for the fake server and the cost benchmark.
+"""The providers' prompt caches and token counts, as documented, for the fake servers and the benchmarks.
+
+The Messages API's cache (:class:`PromptCache`):
 
 A prompt is its blocks in the API's order: tools, then system, then each message's
 blocks. A ``cache_control`` breakpoint on a block marks the prefix ending there as one to
@@ -14,6 +16,15 @@ cache. For each request:
 Entries never expire here (the API keeps them five minutes after their last use, which a
 run's steps always are within). A block counts one token per four bytes of its JSON, at
 least one; ``cache_control`` itself is not part of what is cached.
+:func:`prompt_tokens` is a request's whole count, what a fake's context window is checked against.
+
+Chat Completions' automatic cache (:class:`PrefixCache`), as OpenAI documents it: no
+breakpoints; a prompt of 1,024 tokens or more is cached, and a later prompt that starts
+with a cached one reads its longest cached start, in steps of 128 tokens. Here a prompt is
+its tools, then its messages, each counted as one token per four bytes of its JSON (at
+least one), and a cached start ends at a tool or message boundary
+(:func:`chat_prompt_tokens` is the whole count). The Responses API's cache is the same, its
+prompt being its instructions, tools and input items.
 """
 
 from __future__ import annotations
@@ -39,6 +50,11 @@ def _units(body: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
 def tokens(block: dict[str, Any]) -> int:
     """What one block counts, its breakpoint aside."""
     return max(1, len(json.dumps({k: v for k, v in block.items() if k != "cache_control"})) // 4)
+
+
+def prompt_tokens(body: dict[str, Any]) -> int:
+    """Every token of a Messages API request's prompt (tools, system, messages), cache aside."""
+    return sum(tokens(block) for block, _ in _units(body))
 
 
 class PromptCache:
@@ -74,3 +90,44 @@ class PromptCache:
             written = last - read
             self.cached.update(digests[point] for point in breakpoints if totals[point] >= self.minimum)
         return read, written, total - read - written
+
+
+def _chat_units(body: dict[str, Any]) -> list[Any]:
+    if "messages" not in body:  # the Responses API: instructions, tools, input items
+        items = body.get("input", [])
+        instructions = [{"instructions": body["instructions"]}] if body.get("instructions") else []
+        return [*instructions, *body.get("tools", []), *(items if isinstance(items, list) else [items])]
+    return [*body.get("tools", []), *body["messages"]]
+
+
+def chat_prompt_tokens(body: dict[str, Any]) -> int:
+    """Every token of a Chat Completions request's prompt (tools, then messages).
+
+    A Responses API request counts the same way: its instructions, tools, then input items.
+    """
+    return sum(max(1, len(json.dumps(unit)) // 4) for unit in _chat_units(body))
+
+
+class PrefixCache:
+    """Chat Completions' automatic prompt cache: the starts of prompts seen, by hash, with their token counts."""
+
+    MINIMUM = 1024
+    STEP = 128
+
+    def __init__(self) -> None:
+        self.cached: dict[str, int] = {}
+
+    def account(self, body: dict[str, Any]) -> tuple[int, int]:
+        """``(prompt_tokens, cached_tokens)`` for the request ``body``, caching its starts."""
+        digest, total, read, starts = hashlib.sha256(), 0, 0, []
+        for unit in _chat_units(body):
+            digest.update(json.dumps(unit, sort_keys=True).encode("utf-8", "surrogatepass"))
+            total += max(1, len(json.dumps(unit)) // 4)
+            key = digest.copy().hexdigest()
+            if key in self.cached:
+                read = total
+            starts.append((key, total))
+        if total >= self.MINIMUM:
+            self.cached.update(starts)
+        cached = read // self.STEP * self.STEP if read >= self.MINIMUM else 0
+        return total, cached

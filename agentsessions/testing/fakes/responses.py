@@ -19,6 +19,15 @@ comes back with the ``encrypted_content`` it was given (nothing is stored to loo
 by id); and a ``function_call`` this server made after a reasoning item comes back after
 that reasoning item, in the same turn of the model, else the API's 400 (``Item 'fc_…' of type
 'function_call' was provided without its required 'reasoning' item: 'rs_…'.``).
+
+``count_tokens`` and ``context_window`` work as in Chat Completions' fake, the prompt being
+the instructions, tools and input items (:func:`chat_prompt_tokens`; usage as
+``input_tokens`` and ``input_tokens_details.cached_tokens``). A prompt over the window is
+refused with ``Your input exceeds the context window of this model. Please adjust your input
+and try again.`` (``invalid_request_error``, ``code: "context_length_exceeded"``, ``param:
+"input"``): whole, as an HTTP 400; streamed, as the API does it, after ``response.created``
+and ``response.in_progress``, an ``error`` event holding that error object
+(``sequence_number`` 2), then the end of the stream.
 """
 
 from __future__ import annotations
@@ -31,8 +40,10 @@ from typing import Any
 import attrs
 
 from agentsessions.testing.fakes.chat_completions import Call, FakeChatCompletionsAPI
+from agentsessions.testing.fakes.prompt_cache import chat_prompt_tokens
 from agentsessions.testing.fakes.server import FAKE_KEY, Handler, Rejected, pieces
 
+TOO_LONG = "Your input exceeds the context window of this model. Please adjust your input and try again."
 USER_PARTS = frozenset({"input_text", "input_image", "input_file"})
 ASSISTANT_PARTS = frozenset({"output_text", "refusal"})
 
@@ -79,8 +90,15 @@ class FakeResponsesAPI(FakeChatCompletionsAPI):
 
     path = "/v1/responses"
 
-    def __init__(self, script: Sequence[object] = (), *, api_key: str = FAKE_KEY) -> None:
-        super().__init__(script, api_key=api_key)
+    def __init__(
+        self,
+        script: Sequence[object] = (),
+        *,
+        api_key: str = FAKE_KEY,
+        count_tokens: bool = False,
+        context_window: int | None = None,
+    ) -> None:
+        super().__init__(script, api_key=api_key, count_tokens=count_tokens, context_window=context_window)
         self.answered = 0
         self.reasoning_items: dict[str, dict[str, Any]] = {}  # by id, as this server sent them
         self.reasoning_of_call: dict[str, tuple[str, str]] = {}  # call_id: (the call's item id, its reasoning's id)
@@ -102,6 +120,22 @@ class FakeResponsesAPI(FakeChatCompletionsAPI):
                 raise invalid(f"Missing required parameter: 'tools[{index}].name'.", f"tools[{index}].name")
         if isinstance(items, list):
             self._check_items(items, stored=body.get("store", True) is not False)
+        if self.context_window is not None and chat_prompt_tokens(body) > self.context_window:
+            raise Rejected(400, "invalid_request_error", TOO_LONG, "input", "context_length_exceeded")
+
+    def refuse(self, handler: Handler, body: object, rejected: Rejected, request_id: str) -> None:
+        """A prompt over the window, asked for as a stream, is refused inside the stream, as the API does."""
+        if rejected.fail.code != "context_length_exceeded" or not isinstance(body, dict) or not body.get("stream"):
+            return super().refuse(handler, body, rejected, request_id)
+        handler.start_stream()
+        head = {**self._response(body, Answer(), 0), "status": "in_progress", "output": [], "usage": None}
+        for sequence, kind in enumerate(("response.created", "response.in_progress")):
+            handler.send_event(json.dumps({"type": kind, "response": head, "sequence_number": sequence}), kind)
+        error = {"type": rejected.fail.type, "code": rejected.fail.code, "message": rejected.fail.message}
+        handler.send_event(
+            json.dumps({"type": "error", "sequence_number": 2, "error": {**error, "param": "input"}}), "error"
+        )
+        handler.end_stream()
 
     def _check_items(self, items: list[Any], *, stored: bool) -> None:
         calls: set[str] = set()
@@ -216,16 +250,19 @@ class FakeResponsesAPI(FakeChatCompletionsAPI):
             )  # fmt: skip
             if reasoning_id:
                 self.reasoning_of_call[call.id] = (item_id, reasoning_id)
+        prompt, cached = answer.input_tokens, answer.cached_tokens
+        if self.cache is not None and number:  # number 0: the head of a refused stream, nothing billed
+            with self._lock:
+                prompt, cached = self.cache.account(body)
         usage = {
-            "input_tokens": answer.input_tokens,
-            "input_tokens_details": {
-                "cached_tokens": answer.cached_tokens,
-                "cache_write_tokens": answer.cache_write_tokens,
-            },
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": answer.cache_write_tokens},
             "output_tokens": answer.output_tokens,
             "output_tokens_details": {"reasoning_tokens": 2 if answer.reasoning is not None else 0},
-            "total_tokens": answer.input_tokens + answer.output_tokens,
+            "total_tokens": prompt + answer.output_tokens,
         }
+        if number:
+            self.usages.append(usage)
         return {
             "id": f"resp_{number:04d}", "object": "response", "created_at": 1754925861,
             "status": "incomplete" if answer.incomplete else "completed", "error": None,

@@ -34,12 +34,17 @@ FAKE_KEY = "sk-fake-key"
 
 @attrs.frozen
 class Fail:
-    """An error answer: status, the provider's error type and message, optional Retry-After."""
+    """An error answer: status, the provider's error type and message, optional Retry-After.
+
+    ``code`` is the error's ``code`` where the provider's format has one (OpenAI's, such as
+    ``context_length_exceeded``); the Messages API's has none.
+    """
 
     status: int
     type: str
     message: str
     retry_after: str | None = None
+    code: str | None = None
 
 
 @attrs.frozen
@@ -66,9 +71,9 @@ class Seen:
 class Rejected(Exception):
     """Raised by a fake's checks: the request is answered with this error, as the real API would."""
 
-    def __init__(self, status: int, type: str, message: str, param: str | None = None) -> None:
+    def __init__(self, status: int, type: str, message: str, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
-        self.fail = Fail(status, type, message)
+        self.fail = Fail(status, type, message, code=code)
         self.param = param
 
 
@@ -76,6 +81,9 @@ class Handler(BaseHTTPRequestHandler):
     """Hands every POST to the owning :class:`FakeServer`."""
 
     protocol_version = "HTTP/1.1"  # keep-alive and chunked streams, like the real APIs
+    # Headers and body go out as separate writes: with Nagle's algorithm on, the body waits
+    # for the client's delayed ACK of the headers (40 ms on Linux), for every request.
+    disable_nagle_algorithm = True
     server: _Server
     extra_headers: dict[str, str]  # set per request by FakeServer.handle: the request id
 
@@ -207,11 +215,15 @@ class FakeServer:
                 raise Rejected(400, "invalid_request_error", "The request body is not valid JSON.")
             self.check(headers, body)
         except Rejected as rejected:
-            handler.send_json(rejected.fail.status, self.error_body(rejected.fail, rejected.param, request_id))
+            self.refuse(handler, body, rejected, request_id)
             return
         with self._lock:
             answer = self.script.popleft() if self.script else Fail(500, "api_error", "the fake has no answer left")
         self.answer(handler, body, answer, request_id)
+
+    def refuse(self, handler: Handler, body: object, rejected: Rejected, request_id: str) -> None:
+        """Answer a request :meth:`check` refused: the provider's error body with its status."""
+        handler.send_json(rejected.fail.status, self.error_body(rejected.fail, rejected.param, request_id))
 
     def answer(self, handler: Handler, body: dict[str, Any], answer: object, request_id: str) -> None:
         """Send ``answer``, one of the shared kinds or the subclass's reply."""
