@@ -53,7 +53,7 @@ SEED_METHODS = ("save", "messages", "add_steer", "take_steers")
 
 OPTIONAL_METHODS = (
     *("info", "sessions", "delete", "cancel", "claim", "peek_steers", "save_run", "renew"),
-    *("fork", "set_metadata", "close"),
+    *("fork", "set_metadata", "prune", "close"),
     *("wait", "approvals", "decide"),
     *("schema_version", "migrator"),
 )
@@ -282,6 +282,22 @@ class _Everything(EncryptedStore):
         deleted: bool = self.inner.delete(session_id)
         self._known.forget(session_id)
         return deleted
+
+    def prune(
+        self,
+        *,
+        updated_before: Any,
+        state: RunState | Collection[RunState] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        batch: int = 500,
+    ) -> int:
+        """Delete old sessions in the wrapped store (it reads records only, which are in clear); how many went.
+
+        What this wrapper remembers of a pruned session is only ciphertext it sealed, still
+        valid for a session made anew under the same id, as it is after another replica's delete.
+        """
+        result: int = self.inner.prune(updated_before=updated_before, state=state, metadata=metadata, batch=batch)
+        return result
 
     def cancel(self, session_id: str) -> bool:
         """Ask the run holding the session to stop; ``False`` when no live run holds it."""
