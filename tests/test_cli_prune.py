@@ -15,6 +15,7 @@ from agentsessions.cli import CliError, Exit, Streams, parser
 from agentsessions.cli._prune import prune
 from agentsessions.runs import exists, utcnow
 from agentsessions.stores.sqlite import SQLiteStore
+from tests.support.backends import Opener, store_url
 from tests.support.command import cli
 from tests.support.servers import skip_without
 
@@ -150,3 +151,22 @@ def test_prune_runs_on_an_encrypted_store_given_its_keys(sqlite_url: tuple[str, 
     done = cli("--store", url, "--keys", str(keys), "prune", "--older-than", "0s")  # records only: no key is used
     assert done.code == Exit.OK and done.out.startswith("pruned 1 session ")
     assert left(store) == set()
+
+
+def test_prune_on_every_persistent_store_or_a_clear_refusal(opener: Opener) -> None:
+    with opener() as store:
+        url = store_url(opener)
+        for n in range(5):
+            claim = store.claim(f"old-{n}", replica="web-1", lease=30)
+            store.save_run(claim, [agent.Message.user(str(n))], end=agent.RunState.FINISHED)
+        store.save("live", [agent.Message.user("live")])
+        store.claim("live", replica="web-2", lease=60)
+        done = cli("--store", url, "prune", "--older-than", "0s", "--batch", "2")
+        if not callable(getattr(store, "prune", None)):  # PostgreSQL, MySQL, MongoDB and Redis until they prune
+            assert done.code == Exit.USAGE and done.out == ""
+            assert done.err == f"agentsessions: {type(store).__name__} cannot prune: it has no prune method\n"
+            assert len(list(store.sessions())) == 6
+            return
+        assert done.code == Exit.OK and done.out.startswith("pruned 5 sessions "), done
+        assert done.err.splitlines()[-1] == "agentsessions: prune: 5 of 5 deleted"
+        assert [info.id for info in store.sessions()] == ["live"]

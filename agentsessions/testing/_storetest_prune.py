@@ -7,6 +7,9 @@ ended ones: idle, finished, failed, cancelled), holding every pair asked for, ea
 says how many, and leaves every other session as it was: a session under a live lease
 never goes, nor a waiting one unless ``state`` names ``WAITING``. The model is written here,
 apart from the library's own rule, from the sessions' records as the store reports them.
+Then a prune races two runs claiming its sessions: each run ends with its whole session (the
+claim came first) or with one made anew (the prune came first), never with part of one, and
+the count says how many the prune took.
 
 Every session of a population holds a pair fresh to the example, and every prune names it,
 so a store that honours ``metadata`` deletes nothing that is not the property's own. A
@@ -17,6 +20,8 @@ also delete other old sessions: check a store of your own against a database for
 from __future__ import annotations
 
 import datetime
+import functools
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 import attrs
@@ -28,7 +33,7 @@ from agentsessions.messages import Message
 from agentsessions.runs import RunState, SessionInfo, exists
 from agentsessions.session import MetadataStore, PruneStore, RunStore, Store
 from agentsessions.testing._storetest_runmachine import LONG_LEASE, REPLICAS
-from agentsessions.testing._storetest_support import JOIN_SECONDS, Context, check_equal, wait_until
+from agentsessions.testing._storetest_support import JOIN_SECONDS, Context, check_equal, run_threads, wait_until
 
 PRUNE = "prune deletes exactly the old sessions that match, never a live lease"
 
@@ -89,6 +94,53 @@ def _check_prune(context: Context) -> None:
                 context.runs[0].delete(session_id)
 
     exactly()
+    _check_race(context)
+
+
+_RACED = 24  # sessions a prune and two runs race for
+
+
+def _check_race(context: Context) -> None:
+    """A prune racing runs that claim its sessions: each run keeps its whole session or starts on none."""
+    context.examples += 1
+    replica = _stores(context)[1]
+    runs = context.runs[0]
+    token = context.new_id()
+    ids = [f"{token}{n:02d}" for n in range(_RACED)]
+    for session_id in ids:
+        assert isinstance(runs, MetadataStore)
+        runs.set_metadata(session_id, {_TAG: token})
+        claim = runs.claim(session_id, replica=REPLICAS[0], lease=LONG_LEASE)
+        runs.save_run(claim, [Message.user("old")], end=RunState.FINISHED)
+    cutoff = _cutoff({session_id: runs.info(session_id) for session_id in ids}, len(ids))
+    _after(runs, f"{token}clock", cutoff)
+    counted: list[int] = []
+
+    def prune() -> None:
+        counted.append(replica.prune(updated_before=cutoff, metadata={_TAG: token}, batch=3))
+
+    def run(half: Sequence[str]) -> None:
+        for session_id in half:
+            claim = runs.claim(session_id, replica=REPLICAS[1], lease=LONG_LEASE)
+            seen = runs.messages(session_id)  # what the run resumes from
+            try:
+                runs.save_run(claim, [*seen, Message.user("new")], end=RunState.FINISHED)
+            except Exception as error:
+                what = f"save_run of the run holding {session_id[len(token) :]!r} while a prune ran"
+                raise AssertionError(f"{what} raised {type(error).__name__}: {error}") from error
+            time.sleep(0.002)  # the runs span some milliseconds, however fast the store: the prune lands among them
+
+    try:
+        run_threads([prune, functools.partial(run, ids[0::2]), functools.partial(run, ids[1::2])])
+        finals = {session_id[len(token) :]: [m.text for m in runs.messages(session_id)] for session_id in ids}
+        mixed = {name: texts for name, texts in finals.items() if texts not in (["old", "new"], ["new"])}
+        what = "transcripts of runs raced by a prune (each one whole: ['old', 'new'], or ['new'] if pruned first)"
+        check_equal(mixed, {}, what)
+        made_anew = sum(texts == ["new"] for texts in finals.values())
+        check_equal(counted, [made_anew], "the prune's count, beside the runs that found their session gone")
+    finally:
+        for session_id in ids:
+            runs.delete(session_id)
 
 
 def _populate(context: Context, token: str, population: Sequence[tuple[str, str]]) -> list[str]:
@@ -123,6 +175,18 @@ def _populate(context: Context, token: str, population: Sequence[tuple[str, str]
 
     wait_until(f"{len(stalled)} sessions turning STALLED after a lease of {_STALL_LEASE} s", lapsed, JOIN_SECONDS)
     return ids
+
+
+def _after(store: RunStore, probe: str, cutoff: datetime.datetime) -> None:
+    """Wait until the store's saves are dated after ``cutoff`` (a store may keep milliseconds only)."""
+
+    def later() -> bool:
+        store.save(probe, [Message.user("what time is it?")])
+        updated = store.info(probe).updated_at
+        return updated is not None and updated > cutoff
+
+    wait_until(f"a save dated after {cutoff.isoformat()}", later, JOIN_SECONDS)
+    store.delete(probe)
 
 
 def _cutoff(infos: Mapping[str, SessionInfo], at: int) -> datetime.datetime:
