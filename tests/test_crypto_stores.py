@@ -77,6 +77,9 @@ def test_every_store_wrapped_keeps_the_contract(name: str, place: Opener, stores
     if (kind == "memory" and name == storetest.SCHEMA) or no_prune:  # no database, so no schema version
         assert report.skipped == (name,) and not report.examples, report
         return
+    if name == storetest.PRUNE and not hasattr(encrypted(stores[0], KEYRING), "prune"):  # until it prunes (issue 28)
+        assert report.skipped == (name,) and not report.examples, report
+        return
     assert report.skipped == () and report.examples[name] > 0, report
     assert report.replicas
 
