@@ -73,8 +73,7 @@ def test_every_store_wrapped_keeps_the_contract(name: str, place: Opener, stores
     objects = itertools.cycle(stores)  # a new wrapper per call, over the two replicas in turn
     kind = _kind(place)
     report = storetest.check(name, lambda: encrypted(next(objects), KEYRING), max_examples=EXAMPLES.get(kind, 50))
-    no_prune = name == storetest.PRUNE and not hasattr(stores[0], "prune")  # until the store prunes (issue 28)
-    if (kind == "memory" and name == storetest.SCHEMA) or no_prune:  # no database, so no schema version
+    if kind == "memory" and name == storetest.SCHEMA:  # no database, so no schema version
         assert report.skipped == (name,) and not report.examples, report
         return
     if name == storetest.PRUNE and not hasattr(encrypted(stores[0], KEYRING), "prune"):  # until it prunes (issue 28)
