@@ -34,7 +34,7 @@ def _requirements() -> list[str]:
         return [line.split("#")[0].strip() for line in value.splitlines() if line.split("#")[0].strip()]
 
     test_extra = lines(config["options.extras_require"]["test"])
-    runners = [line for line in test_extra if re.match(r"(pytest|hypothesis)\b", line)]
+    runners = [line for line in test_extra if re.match(r"(pytest|hypothesis)(?![\w-])", line)]  # not pytest-xdist
     assert len(runners) == 2, test_extra
     return lines(config["options"]["install_requires"]) + runners
 
