@@ -1,4 +1,4 @@
-"""``store.prune`` (issue 28) on the memory, SQLite, PostgreSQL and MySQL stores: what it deletes, keeps, refuses."""
+"""``store.prune`` (issue 28) on memory, SQLite, PostgreSQL, MySQL and Redis: what it deletes, keeps, refuses."""
 
 from __future__ import annotations
 
@@ -19,11 +19,12 @@ from tests.support.backends import scratch_opener, store_params
 if TYPE_CHECKING:  # psycopg is an extra: the module must collect without it
     from agentsessions.stores.mysql import MySQLStore
     from agentsessions.stores.postgres import PostgresStore
+    from agentsessions.stores.redis import RedisStore
 
-Pruning: TypeAlias = "MemoryStore | SQLiteStore | PostgresStore | MySQLStore"
+Pruning: TypeAlias = "MemoryStore | SQLiteStore | PostgresStore | MySQLStore | RedisStore"
 
 
-@pytest.fixture(params=store_params("memory", "sqlite", "postgres", "mysql"))
+@pytest.fixture(params=store_params("memory", "sqlite", "postgres", "mysql", "redis"))
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pruning]:
     if request.param == "memory":
         yield MemoryStore()
