@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # psycopg is an extra: the module must collect without it
 Pruning: TypeAlias = "MemoryStore | SQLiteStore | PostgresStore"
 
 
-@pytest.fixture(params=store_params("memory", "sqlite", "postgres"))
+@pytest.fixture(params=store_params("memory", "sqlite", "postgres", "mongodb"))
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pruning]:
     if request.param == "memory":
         yield MemoryStore()
