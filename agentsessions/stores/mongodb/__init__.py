@@ -458,7 +458,9 @@ class MongoStore:
                         break
                 else:
                     raise self._gave_up("prune", session_id, "saves kept changing it")
-            doomed = [DeleteMany({"session_id": stored, "epoch": e}) for stored, epochs in gone.values() for e in epochs]
+            doomed = [
+                DeleteMany({"session_id": stored, "epoch": e}) for stored, epochs in gone.values() for e in epochs
+            ]
             if doomed:
                 self._messages.bulk_write(doomed)
         for session_id in gone:
