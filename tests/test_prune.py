@@ -1,4 +1,4 @@
-"""``store.prune`` (issue 28) on the memory, SQLite and PostgreSQL stores: what it deletes, never deletes, refuses."""
+"""``store.prune`` (issue 28) on the memory, SQLite, PostgreSQL and MySQL stores: what it deletes, keeps, refuses."""
 
 from __future__ import annotations
 
@@ -17,12 +17,14 @@ from agentsessions.stores.sqlite import SQLiteStore
 from tests.support.backends import scratch_opener, store_params
 
 if TYPE_CHECKING:  # psycopg is an extra: the module must collect without it
+    from agentsessions.stores.mongodb import MongoStore
+    from agentsessions.stores.mysql import MySQLStore
     from agentsessions.stores.postgres import PostgresStore
 
-Pruning: TypeAlias = "MemoryStore | SQLiteStore | PostgresStore"
+Pruning: TypeAlias = "MemoryStore | SQLiteStore | PostgresStore | MySQLStore | MongoStore"
 
 
-@pytest.fixture(params=store_params("memory", "sqlite", "postgres", "mongodb"))
+@pytest.fixture(params=store_params("memory", "sqlite", "postgres", "mysql", "mongodb"))
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pruning]:
     if request.param == "memory":
         yield MemoryStore()
