@@ -1,4 +1,4 @@
-"""``store.prune`` (issue 28) on memory, SQLite, PostgreSQL, MySQL and Redis: what it deletes, keeps, refuses."""
+"""``store.prune`` (issue 28) on every store: what it deletes, keeps, refuses."""
 
 from __future__ import annotations
 
@@ -14,17 +14,18 @@ import agentsessions as agent
 from agentsessions.runs import exists, utcnow
 from agentsessions.stores.memory import MemoryStore
 from agentsessions.stores.sqlite import SQLiteStore
-from tests.support.backends import scratch_opener, store_params
+from tests.support.backends import PERSISTENT, scratch_opener, store_params
 
 if TYPE_CHECKING:  # psycopg is an extra: the module must collect without it
+    from agentsessions.stores.mongodb import MongoStore
     from agentsessions.stores.mysql import MySQLStore
     from agentsessions.stores.postgres import PostgresStore
     from agentsessions.stores.redis import RedisStore
 
-Pruning: TypeAlias = "MemoryStore | SQLiteStore | PostgresStore | MySQLStore | RedisStore"
+Pruning: TypeAlias = "MemoryStore | SQLiteStore | PostgresStore | MySQLStore | MongoStore | RedisStore"
 
 
-@pytest.fixture(params=store_params("memory", "sqlite", "postgres", "mysql", "redis"))
+@pytest.fixture(params=store_params("memory", "sqlite", *PERSISTENT[1:]))
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pruning]:
     if request.param == "memory":
         yield MemoryStore()

@@ -294,7 +294,7 @@ class RedisStore:
         key = encode_text(session_id)
         keys = [self._record(key), self._messages(key), self._steers(key), self._index, self._steer_keys(key)]
         with self._errors("prune the sessions", session_id), self.client.pipeline(transaction=True) as pipe:
-            pipe.watch(keys[0])
+            pipe.watch(keys[0])  # type: ignore[no-untyped-call]  # redis-py leaves watch untyped
             if not wanted.matches(self.info(session_id)):
                 return False
             pipe.multi()
