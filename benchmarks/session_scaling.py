@@ -1,8 +1,8 @@
 """Whether a save still costs what is new when one store object serves many sessions (issue 33 build 4).
 
-    python benchmarks/session_scaling.py                      # 300 and 1,000 sessions, every persistent store
-    python benchmarks/session_scaling.py --sessions 10000     # the large case (minutes per store)
-    python benchmarks/session_scaling.py --stores postgres,redis --modes run
+    python -m benchmarks.session_scaling                      # 300 and 1,000 sessions, every persistent store
+    python -m benchmarks.session_scaling --sessions 10000     # the large case (minutes per store)
+    python -m benchmarks.session_scaling --stores postgres,redis --modes run
 
 For each store and each number of sessions N, through one store object: every session is
 saved at 10 messages, then grown by one message each, round-robin (N - 1 other sessions

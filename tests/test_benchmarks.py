@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from tests.support.paths import ROOT
+from tests.support.servers import POSTGRES_DSN, require_server
 
 pytestmark = pytest.mark.slow  # the benchmark suite, quick mode
 
@@ -81,3 +82,21 @@ def test_the_compaction_benchmark_prints_both_runs_for_each_provider() -> None:
     for provider in ("Messages", "Chat", "Responses"):
         without, with_ = (row for row in rows if row[1].rstrip(",") == provider)
         assert "never" in with_ and "never" not in without, done.stdout  # only the compacted run fits the window
+
+
+@pytest.mark.server
+def test_the_prune_benchmark_prints_the_batches_beside_the_claims() -> None:
+    import psycopg
+
+    require_server("PostgreSQL", lambda: psycopg.connect(POSTGRES_DSN).close())
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.prune", "--sessions", "2000"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "a batch transaction: median " in done.stdout, done.stdout
+    assert "a claim during the prune (" in done.stdout, done.stdout

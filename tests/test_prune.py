@@ -1,4 +1,4 @@
-"""``store.prune`` (issue 28 slice 3) on the memory and SQLite stores: what it deletes, never deletes, refuses."""
+"""``store.prune`` (issue 28) on every store: what it deletes, keeps, refuses."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import datetime
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pytest
 
@@ -14,16 +14,24 @@ import agentsessions as agent
 from agentsessions.runs import exists, utcnow
 from agentsessions.stores.memory import MemoryStore
 from agentsessions.stores.sqlite import SQLiteStore
+from tests.support.backends import PERSISTENT, scratch_opener, store_params
 
-Pruning = MemoryStore | SQLiteStore
+if TYPE_CHECKING:  # psycopg is an extra: the module must collect without it
+    from agentsessions.stores.mongodb import MongoStore
+    from agentsessions.stores.mysql import MySQLStore
+    from agentsessions.stores.postgres import PostgresStore
+    from agentsessions.stores.redis import RedisStore
+
+Pruning: TypeAlias = "MemoryStore | SQLiteStore | PostgresStore | MySQLStore | MongoStore | RedisStore"
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=store_params("memory", "sqlite", *PERSISTENT[1:]))
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pruning]:
-    made: Pruning = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "prune.db")
-    yield made
-    if isinstance(made, SQLiteStore):
-        made.close()
+    if request.param == "memory":
+        yield MemoryStore()
+        return
+    with scratch_opener(request.param, tmp_path) as opener, opener() as made:
+        yield made
 
 
 OLD = [agent.Message.user("old")]

@@ -122,9 +122,6 @@ def store(pool: Pool) -> postgres.PostgresStore:
 def test_the_postgres_store_keeps_the_contract(name: str, store: postgres.PostgresStore) -> None:
     # A new store object per call, over the same pool: the suite uses two as replicas.
     report = storetest.check(name, lambda: postgres.PostgresStore(store.pool))
-    if name == storetest.PRUNE and not hasattr(postgres.PostgresStore, "prune"):  # skipped until it prunes (issue 28)
-        assert report.skipped == (name,), report
-        return
     assert report.replicas and report.skipped == () and report.examples[name] > 0, report
 
 

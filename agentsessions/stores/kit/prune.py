@@ -67,3 +67,14 @@ def in_batches(ids: Iterable[str], size: int, delete: Callable[[list[str]], int]
     while batch := list(itertools.islice(taken, size)):
         removed += delete(batch)
     return removed
+
+
+def prune_listed(
+    sessions: Callable[..., Iterable[SessionInfo]], wanted: PruneFilter, delete: Callable[[list[str]], int]
+) -> int:
+    """Hand the ids a store's ``sessions`` lists for ``wanted`` to ``delete``, a batch at a time; the total deleted.
+
+    ``delete`` decides each session again in the step that deletes it: the listing is only a candidate list.
+    """
+    listing = sessions(state=wanted.states, updated_before=wanted.before, metadata=wanted.pairs)
+    return in_batches((info.id for info in listing), wanted.batch, delete)

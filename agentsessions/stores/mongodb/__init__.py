@@ -91,6 +91,7 @@ from agentsessions.stores.kit import busy as policies
 from agentsessions.stores.kit.failures import could_not, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
+from agentsessions.stores.kit.prune import PruneFilter, check_prune, prune_listed
 from agentsessions.stores.kit.values import micros
 from agentsessions.stores.mongodb import _approvals, _layout
 from agentsessions.stores.mongodb._fork import PrefixCopy, forked, taken
@@ -417,6 +418,54 @@ class MongoStore:
                 self._messages.bulk_write([DeleteMany({"session_id": stored, "epoch": e}) for e in epochs])
         self._known.forget(session_id)
         return True
+
+    def prune(
+        self,
+        *,
+        updated_before: datetime.datetime,
+        state: RunState | Several[RunState] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        batch: int = 500,
+    ) -> int:
+        """Delete the sessions last updated before ``updated_before`` (ended ones by default), a batch at a time.
+
+        Each session goes by one ``delete_one`` whose filter carries the whole rule (state,
+        lease, ``updated_at``, metadata) and the transcript read: a claim that came first
+        keeps its session. Its message documents go next, as in :meth:`delete`.
+        """
+        wanted = check_prune(updated_before, state, metadata, batch)
+        return prune_listed(self.sessions, wanted, functools.partial(self._prune_batch, wanted=wanted))
+
+    def _prune_batch(self, ids: list[str], wanted: PruneFilter) -> int:
+        rule: dict[str, Any] = {"updated_at": {"$lt": micros(wanted.before)}}
+        if wanted.pairs:
+            rule["metadata"] = {"$all": pair_texts(wanted.pairs)}
+        gone: dict[str, tuple[object, set[int]]] = {}
+        with self._errors("prune the sessions", None):
+            for session_id in ids:
+                stored = key(session_id)
+                for _ in attempts(self._timeout):
+                    doc = self._sessions.find_one({"_id": stored}, {**STATE_FIELDS, **_INFO_FIELDS})
+                    now = utcnow()
+                    if doc is None or not wanted.matches(info_of(session_id, doc, now)):
+                        break  # gone already, or claimed, saved or changed since it was listed: kept
+                    # The whole rule again, at the same moment, and the transcript read: all or nothing.
+                    live = {"$and": [{"_id": stored, **revision_is(parse_state(doc))}, rule]}
+                    live["$and"].extend(in_states(wanted.states, micros(now)))
+                    if self._sessions.delete_one(live).deleted_count:
+                        segments = (*doc.get("segments", ()), *doc.get("garbage", ()))
+                        gone[session_id] = (stored, {s["epoch"] for s in segments})
+                        break
+                else:
+                    raise self._gave_up("prune", session_id, "saves kept changing it")
+            doomed = [
+                DeleteMany({"session_id": stored, "epoch": e}) for stored, epochs in gone.values() for e in epochs
+            ]
+            if doomed:
+                self._messages.bulk_write(doomed)
+        for session_id in gone:
+            self._known.forget(session_id)
+        return len(gone)
 
     def cancel(self, session_id: str) -> bool:
         """Ask the live run holding the session to stop; ``False`` when none holds it."""

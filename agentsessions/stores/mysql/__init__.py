@@ -58,6 +58,7 @@ from agentsessions.stores.kit.approvals import check_wait, deadline_of, decode, 
 from agentsessions.stores.kit.failures import could_not, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
+from agentsessions.stores.kit.prune import PruneFilter, check_prune, prune_listed
 from agentsessions.stores.mysql._errors import describe, duplicate_key, explain, lost, schema_missing
 from agentsessions.stores.mysql._schema import (
     APPROVALS,
@@ -262,6 +263,10 @@ _INFO_COLUMNS = """s.id, s.length, s.updated_at, s.run_state, s.holder, s.lease_
      FROM agentsessions_metadata AS x WHERE x.session_id = s.id),
     (SELECT a.body FROM agentsessions_approvals AS a WHERE a.session_id = s.id AND a.pending > 0)"""
 _INFO = f"SELECT {_INFO_COLUMNS} FROM agentsessions_sessions AS s WHERE s.id = %s"
+# A prune's batch read again, its records locked in id order (two prunes never deadlock).
+_LOCK_BATCH = f"""
+SELECT {_INFO_COLUMNS} FROM agentsessions_sessions AS s WHERE s.id IN ({{ids}}) ORDER BY s.id FOR UPDATE
+"""
 # Keyset pages along the (updated_at, id) index, walked backwards: newest first, never-saved
 # (NULL) last, ties by id. A page starts after the last row of the one before, so a session
 # is listed once however many share one updated_at, and no page rescans what came before.
@@ -483,14 +488,33 @@ class MySQLStore:
         """Remove record, steers and transcript in one transaction; ``True`` if the session existed."""
         key = encode_text(check_session_id(session_id))
         with self._transaction("delete the session", session_id) as cur:
-            found: int = cur.execute(_DELETE_SESSION, (key,))
-            found += cur.execute(_DELETE_ALL_STEERS, (key,))
-            found += cur.execute(_DELETE_MESSAGES_FROM, (key, 0))
-            found += cur.execute(_DELETE_METADATA, (key,))
-            cur.execute(_DELETE_KEYS, (key,))  # not counted: a session with keys has its record
-            cur.execute(_DELETE_APPROVALS, (key,))  # not counted: a session with approvals has its record
+            found = _delete(cur, key)
         self._known.forget(session_id)
-        return found > 0
+        return found
+
+    def prune(
+        self,
+        *,
+        updated_before: datetime.datetime,
+        state: RunState | Collection[RunState] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        batch: int = 500,
+    ) -> int:
+        """Delete the sessions last updated before ``updated_before`` (ended ones by default), a transaction a batch."""
+        wanted = check_prune(updated_before, state, metadata, batch)
+        return prune_listed(self.sessions, wanted, functools.partial(self._prune_batch, wanted=wanted))
+
+    def _prune_batch(self, ids: list[str], wanted: PruneFilter) -> int:
+        # Each record is locked and read again in the transaction that deletes it: a claim that
+        # came first keeps its session, one that comes later waits and finds none.
+        with self._transaction("prune the sessions", None) as cur:
+            cur.execute(_LOCK_BATCH.format(ids=", ".join(["%s"] * len(ids))), [encode_text(i) for i in ids])
+            gone = [info.id for info in map(_info, cur.fetchall()) if wanted.matches(info)]
+            for session_id in gone:
+                _delete(cur, encode_text(session_id))
+        for session_id in gone:
+            self._known.forget(session_id)
+        return len(gone)
 
     def cancel(self, session_id: str) -> bool:
         """Ask the live run holding the session to stop; ``False`` (nothing written) when none holds it."""
@@ -794,6 +818,17 @@ def _new_key(cur: Any, key: bytes, session_id: str, steer_key: str, text: str) -
 def _delete_steers(cur: Any, key: bytes, seqs: list[int]) -> None:
     if seqs:
         cur.execute(_DELETE_STEERS.format(placeholders=", ".join(["%s"] * len(seqs))), [key, *seqs])
+
+
+def _delete(cur: Any, key: bytes) -> bool:
+    """What delete removes of the session ``key``, on ``cur``'s transaction; whether it existed."""
+    found: int = cur.execute(_DELETE_SESSION, (key,))
+    found += cur.execute(_DELETE_ALL_STEERS, (key,))
+    found += cur.execute(_DELETE_MESSAGES_FROM, (key, 0))
+    found += cur.execute(_DELETE_METADATA, (key,))
+    cur.execute(_DELETE_KEYS, (key,))  # not counted: a session with keys has its record
+    cur.execute(_DELETE_APPROVALS, (key,))  # not counted: a session with approvals has its record
+    return found > 0
 
 
 def _info(row: tuple[Any, ...]) -> SessionInfo:

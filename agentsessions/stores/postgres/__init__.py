@@ -91,6 +91,7 @@ from agentsessions.stores.kit.approvals import check_wait, deadline_of, decode, 
 from agentsessions.stores.kit.failures import could_not, first_line, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
+from agentsessions.stores.kit.prune import PruneFilter, check_prune, prune_listed
 from agentsessions.stores.postgres._borrow import borrowed
 from agentsessions.stores.postgres._schema import (
     MIGRATIONS,
@@ -211,6 +212,11 @@ _DELETE_SESSION = (
     "DELETE FROM agentsessions_steer_keys WHERE session_id = %s",
     "DELETE FROM agentsessions_approvals WHERE session_id = %s",
 )
+# What delete removes, for a prune's batch of ids.
+_DELETE_SESSIONS = tuple(
+    sql.replace("WHERE id = %s", "WHERE id = ANY(%s)").replace("WHERE session_id = %s", "WHERE session_id = ANY(%s)")
+    for sql in _DELETE_SESSION
+)
 # A wait is released by the run holding the session: its token must still be the record's.
 _WAIT = """
 UPDATE agentsessions_sessions SET run_state = 'waiting', cancel_requested = false
@@ -314,6 +320,10 @@ _RECORD = """s.id, s.length, s.updated_at, s.run_state, s.holder, s.lease_expire
 # One pair of sessions(metadata=...): the session ids the pair's index gives.
 _HOLDS_PAIR = " AND s.id IN (SELECT session_id FROM agentsessions_metadata WHERE mkey = %(k{n})s AND mvalue = %(v{n})s)"
 _INFO = f"SELECT {_RECORD} FROM agentsessions_sessions AS s WHERE s.id = %(id)s"
+# A prune's batch read again, its records locked in id order (two prunes never deadlock).
+_LOCK_BATCH = (
+    f"SELECT {_RECORD} FROM agentsessions_sessions AS s WHERE s.id = ANY(%(ids)s) ORDER BY s.id FOR UPDATE OF s"
+)
 # Keyset pages over the (updated_at, id) index, newest first, never OFFSET. A row value
 # with NULL compares NULL, so never-saved records are walked in a second pass.
 _PAGE = f"SELECT {_RECORD} FROM agentsessions_sessions AS s WHERE {{where}} {{order}} LIMIT {PAGE_SIZE}"
@@ -497,6 +507,33 @@ class PostgresStore:
             cursors = [_cursor(conn).execute(sql, (key,)) for sql in _DELETE_SESSION]
         self._known.forget(session_id)
         return any(cur.rowcount > 0 for cur in cursors)
+
+    def prune(
+        self,
+        *,
+        updated_before: datetime.datetime,
+        state: RunState | Collection[RunState] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        batch: int = 500,
+    ) -> int:
+        """Delete the sessions last updated before ``updated_before`` (ended ones by default), a transaction a batch."""
+        wanted = check_prune(updated_before, state, metadata, batch)
+        return prune_listed(self.sessions, wanted, functools.partial(self._prune_batch, wanted=wanted))
+
+    def _prune_batch(self, ids: list[str], wanted: PruneFilter) -> int:
+        # Each record is locked and read again in the transaction that deletes it: a claim that
+        # came first keeps its session, one that comes later waits and finds none.
+        keys = [encode_text(session_id) for session_id in ids]
+        with self._transaction("prune the sessions") as conn:
+            rows = _cursor(conn).execute(_LOCK_BATCH, {"ids": keys}).fetchall()
+            gone = [info.id for info in map(_info, rows) if wanted.matches(info)]
+            if gone:
+                doomed = [encode_text(session_id) for session_id in gone]
+                for sql in _DELETE_SESSIONS:
+                    conn.execute(sql, (doomed,))
+        for session_id in gone:
+            self._known.forget(session_id)
+        return len(gone)
 
     def cancel(self, session_id: str) -> bool:
         """Ask the live run holding the session to stop; ``False``, writing nothing, when none holds it."""

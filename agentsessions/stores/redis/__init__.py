@@ -57,6 +57,7 @@ from agentsessions.stores.kit.approvals import check_wait, decode, encode, pendi
 from agentsessions.stores.kit.failures import could_not, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
+from agentsessions.stores.kit.prune import PruneFilter, check_prune, prune_listed
 from agentsessions.stores.redis import _scripts as scripts
 from agentsessions.stores.redis._schema import (
     MIGRATIONS,
@@ -274,6 +275,36 @@ class RedisStore:
             removed = self._delete(keys, [key])
         self._known.forget(session_id)
         return bool(removed)
+
+    def prune(
+        self,
+        *,
+        updated_before: datetime.datetime,
+        state: RunState | Collection[RunState] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        batch: int = 500,
+    ) -> int:
+        """Delete the sessions last updated before ``updated_before`` (ended ones by default), one MULTI/EXEC each."""
+        wanted = check_prune(updated_before, state, metadata, batch)
+        return prune_listed(self.sessions, wanted, lambda ids: sum(self._prune_one(i, wanted) for i in ids))
+
+    def _prune_one(self, session_id: str, wanted: PruneFilter) -> bool:
+        # Every write of a session writes its record: a claim, save or decision between the read
+        # and the delete fails the EXEC (WATCH), and the session stays.
+        key = encode_text(session_id)
+        keys = [self._record(key), self._messages(key), self._steers(key), self._index, self._steer_keys(key)]
+        with self._errors("prune the sessions", session_id), self.client.pipeline(transaction=True) as pipe:
+            pipe.watch(keys[0])  # type: ignore[no-untyped-call]  # redis-py leaves watch untyped
+            if not wanted.matches(self.info(session_id)):
+                return False
+            pipe.multi()
+            self._delete(keys, [key], client=pipe)
+            try:
+                pipe.execute()
+            except redis.WatchError:
+                return False
+        self._known.forget(session_id)
+        return True
 
     def cancel(self, session_id: str) -> bool:
         """Ask the live run holding the session to stop; ``False``, writing nothing, when none holds it."""

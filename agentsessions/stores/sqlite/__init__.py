@@ -56,7 +56,7 @@ from agentsessions.stores.kit.approvals import check_wait, deadline_of, decode, 
 from agentsessions.stores.kit.failures import translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
-from agentsessions.stores.kit.prune import PruneFilter, check_prune, in_batches
+from agentsessions.stores.kit.prune import PruneFilter, check_prune, prune_listed
 from agentsessions.stores.sqlite._schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, migrator, prepare
 
 __all__ = ["MIGRATIONS", "PAGE_SIZE", "SCHEMA", "SCHEMA_VERSION", "SQLiteStore", "migrator", "open"]
@@ -318,9 +318,7 @@ class SQLiteStore:
     ) -> int:
         """Delete the sessions last updated before ``updated_before`` (ended ones by default), a transaction a batch."""
         wanted = check_prune(updated_before, state, metadata, batch)
-        listing = self.sessions(state=wanted.states, updated_before=wanted.before, metadata=wanted.pairs)
-        ids = (info.id for info in listing)
-        return in_batches(ids, wanted.batch, functools.partial(self._prune_batch, wanted=wanted))
+        return prune_listed(self.sessions, wanted, functools.partial(self._prune_batch, wanted=wanted))
 
     def _prune_batch(self, ids: list[str], wanted: PruneFilter) -> int:
         # Each record is read again in the transaction that deletes it: a claim that came first keeps it.
