@@ -3,9 +3,10 @@
 The server copies them: one aggregation per run of the source's segments, ``$match`` on
 the run, ``$set`` of the new session id and epoch, ``$merge`` back into the messages
 collection (``$merge`` into the collection it reads needs MongoDB 4.4). No message body
-passes through this process. The copies go under a fresh epoch of the new session, where
-no reader looks until the new session document names it; that insert is the commit, and
-the caller's.
+passes through this process but those the new session's preview is taken from: the copies
+are read back from the last until one has text. The copies go under a fresh epoch of the
+new session, where no reader looks until the new session document names it; that insert is
+the commit, and the caller's.
 """
 
 from __future__ import annotations
@@ -18,12 +19,15 @@ import attrs
 from pymongo.collection import Collection
 from pymongo.errors import PyMongoError
 
+from agentsessions.codec import load_message
 from agentsessions.errors import ConflictError
 from agentsessions.session import check_fork_at
 from agentsessions.stores.kit.incremental import new_revision
-from agentsessions.stores.mongodb._layout import STATE_FIELDS, State, in_run, parse_state, sort_key
+from agentsessions.stores.mongodb._layout import STATE_FIELDS, State, in_run, parse_state, preview_of, sort_key
 
 Documents = Collection[dict[str, Any]]
+_PIECE_FIELDS = {"_id": 0, "chunk": 1, "body": 1}
+_BATCH = 16  # messages read back per round trip for the preview; the last one mostly has text
 
 
 def copy_pipeline(collection: str, source: object, run: tuple[int, int, int], target: object, epoch: int) -> list[Any]:
@@ -40,9 +44,10 @@ def copy_pipeline(collection: str, source: object, run: tuple[int, int, int], ta
     ]
 
 
-def forked(key: object, session_id: str, length: int, epoch: int, now: int) -> dict[str, Any]:
-    """The session document a fork commits: ``length`` messages, all under ``epoch``; idle, no steers."""
-    return {"_id": key, "sort": sort_key(session_id), **State(new_revision(), length, ((epoch, 0),)).document(now)}
+def forked(key: object, session_id: str, length: int, epoch: int, now: int, preview: object) -> dict[str, Any]:
+    """The session document a fork commits: ``length`` messages, all under ``epoch``; idle, no steers, no usage."""
+    state = State(new_revision(), length, ((epoch, 0),))
+    return {"_id": key, "sort": sort_key(session_id), **state.document(now), "preview": preview}
 
 
 def taken(new_id: str) -> ConflictError:
@@ -92,6 +97,25 @@ class PrefixCopy:
             raise
         self.drop(epoch)
         return None
+
+    def preview(self, epoch: int) -> object:
+        """The preview of the copies under ``epoch`` (:func:`~._layout.preview_of`), read from the last back.
+
+        Only this fork writes under its fresh epoch, so what is read is what it copied.
+        """
+        # Newest position first, a split message's pieces last to first: each message ends a group.
+        found = self.messages.find({"session_id": self.target, "epoch": epoch}, _PIECE_FIELDS)
+        pieces: list[dict[str, Any]] = []
+        for doc in found.sort([("position", -1), ("chunk", -1)]).batch_size(_BATCH):
+            pieces.append(doc)
+            if doc.get("chunk"):
+                continue  # a later piece of a split message: its first piece comes next
+            body = doc["body"] if len(pieces) == 1 else b"".join(bytes(piece["body"]) for piece in reversed(pieces))
+            pieces.clear()
+            message = load_message(body)
+            if message.text:
+                return preview_of([message])
+        return preview_of([])
 
     def _copy(self, run: tuple[int, int, int], epoch: int) -> None:
         self.messages.aggregate(copy_pipeline(self.messages.name, self.source, run, self.target, epoch))
