@@ -745,6 +745,7 @@ def test_a_store_with_only_the_seed_methods_skips_the_run_properties() -> None:
         storetest.FORK,
         *storetest.APPROVAL_PROPERTIES,
         storetest.METADATA,
+        storetest.SUMMARY,
         storetest.PRUNE,
         storetest.SCHEMA,
     )
