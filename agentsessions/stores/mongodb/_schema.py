@@ -92,7 +92,8 @@ _SUMMARIES = {
     2: "approvals (fields of the session document, no index): records version 3",
     3: "session metadata (index agentsessions_sessions_metadata)",
     4: "steers queued for the next run (field after of a steer in the session document, no index): records version 5",
-    5: "usage and preview (fields usage and preview of the session document, no index): records version 6",
+    5: "each session's preview and usage (fields preview and usage of the session document, no index): "
+    "records version 6",
 }
 _CREATE = "create the indexes (agentsessions.stores.mongodb.INDEXES) and record this version"
 

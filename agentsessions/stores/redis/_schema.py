@@ -83,7 +83,8 @@ _SUMMARIES = {
     2: "approvals (fields of the session's record): records version 3",
     3: "session metadata (a sorted set per pair, made by the scripts that set it): records version 4",
     4: "steers queued for the next run (fields a<seq> of the session's record, made by add_steer): records version 5",
-    5: "usage and preview (fields us and pv of the session's record, made by the save scripts): records version 6",
+    5: "each session's preview and usage (fields pv and us of the session's record, made by the save scripts): "
+    "records version 6",
 }
 _CREATE = "a new store: records this version"
 
