@@ -505,7 +505,7 @@ class MongoStore:
             if made is None:
                 raise self._gave_up("fork the transcript", session_id, "saves kept changing it while it was copied")
             epoch, length = made
-            preview = copies.preview(epoch)  # its messages' preview, read back from what was copied
+            preview = copies.preview(epoch, length)  # its messages' preview, read back from what was copied
             try:
                 self._sessions.insert_one(forked(target, new_id, length, epoch, micros(utcnow()), preview))
             except DuplicateKeyError:  # created since the check: by a save, a steer, a claim or a fork

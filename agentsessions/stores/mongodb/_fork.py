@@ -11,6 +11,7 @@ the commit, and the caller's.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from contextlib import suppress
 from typing import Any
@@ -26,8 +27,8 @@ from agentsessions.stores.kit.incremental import new_revision
 from agentsessions.stores.mongodb._layout import STATE_FIELDS, State, in_run, parse_state, preview_of, sort_key
 
 Documents = Collection[dict[str, Any]]
-_PIECE_FIELDS = {"_id": 0, "chunk": 1, "body": 1}
-_BATCH = 16  # messages read back per round trip for the preview; the last one mostly has text
+_PIECE_FIELDS = {"_id": 0, "position": 1, "chunk": 1, "body": 1}
+_WINDOW = 8  # positions read back per query for the preview: mostly the last message has text
 
 
 def copy_pipeline(collection: str, source: object, run: tuple[int, int, int], target: object, epoch: int) -> list[Any]:
@@ -98,23 +99,21 @@ class PrefixCopy:
         self.drop(epoch)
         return None
 
-    def preview(self, epoch: int) -> object:
-        """The preview of the copies under ``epoch`` (:func:`~._layout.preview_of`), read from the last back.
+    def preview(self, epoch: int, length: int) -> object:
+        """The preview of the ``length`` copies under ``epoch`` (:func:`~._layout.preview_of`), read from the last back.
 
-        Only this fork writes under its fresh epoch, so what is read is what it copied.
+        A window of positions at a time, each one indexed range query (a sort of the whole
+        epoch backwards is a scan and a sort on some servers). Only this fork writes under its
+        fresh epoch, so what is read is what it copied.
         """
-        # Newest position first, a split message's pieces last to first: each message ends a group.
-        found = self.messages.find({"session_id": self.target, "epoch": epoch}, _PIECE_FIELDS)
-        pieces: list[dict[str, Any]] = []
-        for doc in found.sort([("position", -1), ("chunk", -1)]).batch_size(_BATCH):
-            pieces.append(doc)
-            if doc.get("chunk"):
-                continue  # a later piece of a split message: its first piece comes next
-            body = doc["body"] if len(pieces) == 1 else b"".join(bytes(piece["body"]) for piece in reversed(pieces))
-            pieces.clear()
-            message = load_message(body)
-            if message.text:
-                return preview_of([message])
+        for end in range(length, 0, -_WINDOW):
+            docs = list(self.messages.find(in_run(self.target, epoch, max(end - _WINDOW, 0), end), _PIECE_FIELDS))
+            docs.sort(key=lambda doc: (doc["position"], doc.get("chunk", 0)))
+            for _, pieces in itertools.groupby(reversed(docs), key=lambda doc: doc["position"]):
+                parts = [piece["body"] for piece in reversed(list(pieces))]  # first piece first
+                message = load_message(parts[0] if len(parts) == 1 else b"".join(bytes(part) for part in parts))
+                if message.text:
+                    return preview_of([message])
         return preview_of([])
 
     def _copy(self, run: tuple[int, int, int], epoch: int) -> None:
