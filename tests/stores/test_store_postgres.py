@@ -1,8 +1,9 @@
 """The PostgreSQL store: the conformance suite, a missing schema, incremental saves,
 parallel sessions, a connection killed mid-save, steers taken from several processes,
 renewal in one statement, tokens across delete, forks copied by the server in one
-statement (and a prefix's preview read back from its last rows), and calls bounded in time (a lock held elsewhere, a server that stops
-answering, the pool's check of a connection that stopped answering).
+statement (a prefix's preview read back from its last rows), and calls bounded in time
+(a lock held elsewhere, a server that stops answering, the pool's check of a connection
+that stopped answering).
 
 Each run works in a schema of its own (``agentsessions_test_<random>``), dropped at the end.
 """
@@ -122,8 +123,6 @@ def store(pool: Pool) -> postgres.PostgresStore:
 def test_the_postgres_store_keeps_the_contract(name: str, store: postgres.PostgresStore) -> None:
     # A new store object per call, over the same pool: the suite uses two as replicas.
     report = storetest.check(name, lambda: postgres.PostgresStore(store.pool))
-    if name == storetest.SUMMARY and report.skipped == (name,):  # until this store keeps usage (issue 28)
-        return
     assert report.replicas and report.skipped == () and report.examples[name] > 0, report
 
 
