@@ -105,6 +105,7 @@ class ReactLoop:
         # Where requests start: the last summary in the transcript (a resumed one's too), if any.
         self.summary_at = cp.last_compaction(self.transcript)
         self.prompt_tokens: int | None = None  # the last response's input, cached included
+        keep.count_usage(lambda: self.usage)  # each save records the run's tokens so far
 
     def run(self) -> None:
         """Step until the model answers, ``max_steps`` is spent, or the run is cancelled; then save."""
