@@ -9,30 +9,8 @@ import attrs
 
 from agentsessions.messages import Message, Role
 from agentsessions.tools import Tool
-
-
-@attrs.frozen
-class Usage:
-    """Tokens a model call consumed, as the provider counted them.
-
-    ``input_tokens`` counts the input read neither from the provider's prompt cache nor
-    into it (Anthropic's meaning; for Chat Completions, ``prompt_tokens`` less its cached
-    tokens); ``cache_read_tokens`` the input read from the cache, ``cache_write_tokens``
-    the input written to it. Adding two ``Usage`` adds all four counts.
-    """
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            self.cache_read_tokens + other.cache_read_tokens,
-            self.cache_write_tokens + other.cache_write_tokens,
-        )
+from agentsessions.usage import NO_USAGE
+from agentsessions.usage import Usage as Usage  # re-exported: endpoints and runs name it here
 
 
 @attrs.frozen
@@ -65,7 +43,7 @@ class ModelResponse:
 
     message: Message = attrs.field(validator=_is_assistant)
     stop_reason: str = "end_turn"
-    usage: Usage = Usage()  # one shared instance: a Usage never changes
+    usage: Usage = NO_USAGE
     model: str = attrs.field(default="", validator=attrs.validators.instance_of(str), kw_only=True)
 
 

@@ -26,14 +26,15 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Sequence
-from typing import ClassVar
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
 from agentsessions.approvals import Approval, ApprovalStore
 from agentsessions.errors import ConflictError, StoreError
 from agentsessions.messages import Content, Message
-from agentsessions.runs import Claim, Renewal, RunState, Steer, superseded
-from agentsessions.session import RunStore
+from agentsessions.runs import Claim, Progress, Renewal, RunState, Steer, superseded
+from agentsessions.session import RunStore, keeps_usage
+from agentsessions.usage import Usage
 
 log = logging.getLogger("agentsessions")
 
@@ -54,6 +55,10 @@ class Hold:
         # When the write that last extended the lease began (time.monotonic()): the lease
         # runs at least ``lease`` seconds from then, whatever the write's own delay.
         self.renewed_at = time.monotonic()
+        # What the run has used so far, given to each save when the store keeps usage
+        # (the loop sets it: Persistence.count_usage).
+        self.usage: Callable[[], Usage] | None = None
+        self.keeps_usage = False
 
     @classmethod
     def claim_session(cls, store: RunStore, session_id: str, replica: str, lease: float) -> Hold:
@@ -61,6 +66,7 @@ class Hold:
         started = time.monotonic()
         hold = cls(store, store.claim(session_id, replica=replica, lease=lease))
         hold.renewed_at = started
+        hold.keeps_usage = keeps_usage(store)
         Heartbeat.of(store).add(hold)
         return hold
 
@@ -68,6 +74,10 @@ class Hold:
     def took_over(self) -> bool:
         """Whether the claim ended another holder's lapsed lease."""
         return self.claim.took_over
+
+    def count_usage(self, usage: Callable[[], Usage]) -> None:
+        """Record ``usage()`` (the run's tokens so far) with every save, in the store's same write."""
+        self.usage = usage
 
     def take_steers(self) -> list[str]:
         """The steers waiting in the store that this run has not taken yet, oldest first."""
@@ -78,7 +88,7 @@ class Hold:
     def save(self, transcript: Sequence[Message]) -> bool:
         """Save under the claim (which renews the lease), deleting the steers the transcript now carries."""
         started = time.monotonic()
-        progress = self.store.save_run(self.claim, transcript, taken=self.taken)
+        progress = self._save_run(transcript, taken=self.taken)
         self.renewed_at = started
         self.taken = []
         self.cancel_requested = self.cancel_requested or progress.cancel_requested
@@ -131,14 +141,14 @@ class Hold:
         the two writes leaves the session held: its lease lapses and a resumer's claim takes them.
         """
         started = time.monotonic()
-        progress = self.store.save_run(self.claim, transcript, taken=self.taken, end=end, unless_steered=True)
+        progress = self._save_run(transcript, taken=self.taken, end=end, unless_steered=True)
         self.renewed_at = started
         self.taken = []
         mine = [steer for steer in progress.pending if steer.for_claim(self.claim)]
         if mine and room:
             return True, self._take(mine)
         if len(mine) < len(progress.pending):
-            self.store.save_run(self.claim, transcript, end=end)  # released; the next run takes them all
+            self._save_run(transcript, end=end)  # released; the next run takes them all
             self.queued = True
         self.let_go()
         return True, []
@@ -150,14 +160,14 @@ class Hold:
         texts are returned: releasing and that check are one step.
         """
         started = time.monotonic()
-        progress = self.store.save_run(self.claim, messages, taken=self.taken, end=end, unless_steered=unless_steered)
+        progress = self._save_run(messages, taken=self.taken, end=end, unless_steered=unless_steered)
         self.renewed_at = started
         self.taken = []
         mine = [steer for steer in progress.pending if steer.for_claim(self.claim)]
         if mine:
             return self._take(mine)
         if progress.pending:  # only texts queued for the next run: release; the resumer finds them
-            self.store.save_run(self.claim, messages, end=end)
+            self._save_run(messages, end=end)
         self.let_go()
         return []
 
@@ -197,14 +207,20 @@ class Hold:
         """
         started = time.monotonic()
         if isinstance(self.store, ApprovalStore):
-            self.store.save_run(self.claim, transcript, taken=self.taken)
+            self._save_run(transcript, taken=self.taken)
             self.taken = []
             self.store.wait(self.claim, approvals)
         else:
-            self.store.save_run(self.claim, transcript, taken=self.taken, end=RunState.FINISHED)
+            self._save_run(transcript, taken=self.taken, end=RunState.FINISHED)
         self.renewed_at = started
         self.let_go()
         return True
+
+    def _save_run(self, transcript: Sequence[Message], **kwargs: Any) -> Progress:
+        """``store.save_run`` under the claim, with the run's usage when the store keeps it."""
+        if self.keeps_usage and self.usage is not None:
+            kwargs["usage"] = self.usage()
+        return self.store.save_run(self.claim, transcript, **kwargs)
 
     def let_go(self) -> None:
         """Stop renewing the lease (the session was released, or the run is over)."""

@@ -20,7 +20,7 @@ Nothing in this module is public API.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from agentsessions.approvals import Approval
@@ -28,6 +28,7 @@ from agentsessions.holding import Hold
 from agentsessions.messages import Content, Message, put_results
 from agentsessions.runs import RunState
 from agentsessions.session import RunStore, Session, StoreSession
+from agentsessions.usage import Usage
 
 log = logging.getLogger("agentsessions")
 
@@ -54,6 +55,10 @@ class Persistence(Protocol):
     @property
     def queued(self) -> bool:
         """Whether the run released its session with texts queued for the next run, which its runner starts."""
+        ...
+
+    def count_usage(self, usage: Callable[[], Usage]) -> None:
+        """From now on, each save records ``usage()``, the run's tokens so far, where the store keeps usage."""
         ...
 
     def take_steers(self) -> list[str]:
@@ -116,6 +121,9 @@ class Nowhere:
     cancel_requested = False
     took_over = False
     queued = False
+
+    def count_usage(self, usage: Callable[[], Usage]) -> None:
+        pass
 
     def take_steers(self) -> list[str]:
         return []
@@ -224,6 +232,9 @@ class Journal:
     @property
     def queued(self) -> bool:
         return self.inner.queued
+
+    def count_usage(self, usage: Callable[[], Usage]) -> None:
+        self.inner.count_usage(usage)
 
     def take_steers(self) -> list[str]:
         return self.inner.take_steers()

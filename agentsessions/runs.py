@@ -20,12 +20,14 @@ from __future__ import annotations
 import datetime
 import enum
 import logging
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
 import attrs
 
 from agentsessions.errors import ConflictError, FormatError, SessionBusyError
+from agentsessions.messages import Message
+from agentsessions.usage import NO_USAGE, Usage
 
 log = logging.getLogger("agentsessions")
 Row = TypeVar("Row")
@@ -64,6 +66,23 @@ def _copied(metadata: Mapping[str, str]) -> dict[str, str]:
     return dict(metadata)  # the record's own dict: changing the caller's mapping later changes nothing here
 
 
+PREVIEW_CHARS = 200
+"""How many characters of the last text :attr:`SessionInfo.preview` keeps."""
+
+
+def preview(messages: Sequence[Message]) -> str:
+    """The first :data:`PREVIEW_CHARS` characters of the text of the last message that has any; ``""`` if none.
+
+    Tool calls and results, thinking, images and summaries are not text: while a run is
+    between a tool call and its answer, the preview is still the last words someone wrote.
+    """
+    for message in reversed(messages):
+        text = message.text
+        if text:
+            return text[:PREVIEW_CHARS]
+    return ""
+
+
 @attrs.frozen
 class SessionInfo:
     """One session's record, as :meth:`Session.info` and :meth:`RunStore.sessions` report it.
@@ -76,6 +95,11 @@ class SessionInfo:
     among them (``None``: none expires, or nothing waits).
     ``metadata`` is the mapping the application set
     (:meth:`~agentsessions.session.StoreSession.set_metadata`); empty until it sets one.
+    ``usage`` sums the tokens of every run of the session, as each run's saves recorded
+    them; ``preview`` is the first 200 characters of the text of the last message that has
+    any. The store keeps both in the write that saves the transcript, so a listing carries
+    them (a sidebar is one query). A store wrapped by :func:`agentsessions.crypto.encrypted`
+    never sees message text, so its preview is empty.
     """
 
     id: str
@@ -90,6 +114,8 @@ class SessionInfo:
     # A dict, as an application reads it; left out of the hash, which a dict cannot have.
     metadata: dict[str, str] = attrs.field(factory=dict, converter=_copied, hash=False)
     approval_deadline: datetime.datetime | None = attrs.field(default=None, validator=_aware)
+    usage: Usage = NO_USAGE
+    preview: str = ""
 
 
 @attrs.frozen
@@ -265,6 +291,7 @@ def utcnow() -> datetime.datetime:
 
 __all__ = [
     "ENDINGS",
+    "PREVIEW_CHARS",
     "Claim",
     "Progress",
     "Renewal",
@@ -272,4 +299,5 @@ __all__ = [
     "SessionInfo",
     "Steer",
     "derive_state",
+    "preview",
 ]

@@ -188,6 +188,9 @@ class RunStore(Store, Protocol):
         except that with ``unless_steered`` and other steers waiting it keeps holding it and
         returns them in ``Progress.pending``. Raises :class:`ConflictError`, having written
         nothing, when ``claim`` no longer holds the session.
+
+        A store that keeps :attr:`SessionInfo.usage` also takes ``usage: Usage | None``, the
+        tokens the run has used so far (:func:`keeps_usage`), and records it in the same step.
         """
         ...
 
@@ -222,6 +225,19 @@ def saves_beside_handles(store: object) -> bool:
     then called with ``session_id`` and ``messages`` only.
     """
     return _takes(getattr(store, "save", None), "holder")
+
+
+def keeps_usage(store: object) -> bool:
+    """Whether ``store`` keeps :attr:`SessionInfo.usage`: a :class:`RunStore` whose ``save_run`` takes ``usage``.
+
+    Every store of this library does; a third party's written before usage existed does
+    not, and its runs are saved without it (its sessions report no usage). A wrapper says so
+    of itself with a ``keeps_usage`` attribute (``crypto.encrypted`` answers for its store).
+    """
+    said = getattr(store, "keeps_usage", None)
+    if isinstance(said, bool):
+        return said and isinstance(store, RunStore)
+    return isinstance(store, RunStore) and _takes(store.save_run, "usage")
 
 
 def _add_steer_takes(store: object, name: str) -> bool:

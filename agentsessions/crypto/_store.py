@@ -42,11 +42,13 @@ from agentsessions.session import (
     check_steer,
     keeps_busy_policies,
     keeps_steer_keys,
+    keeps_usage,
     saves_beside_handles,
 )
 from agentsessions.stores.kit import arguments
 from agentsessions.stores.kit.approvals import Rewrite, check_wait
 from agentsessions.stores.kit.incremental import SessionMemory, shared_prefix
+from agentsessions.usage import Usage
 
 SEED_METHODS = ("save", "messages", "add_steer", "take_steers")
 """What every store has (:class:`~agentsessions.session.Store`)."""
@@ -80,18 +82,27 @@ class EncryptedStore:
     ``inner`` has it. Safe to share between threads when ``inner`` is.
     """
 
-    __slots__ = ("_inner_beside", "_known", "_sealer", "_twins", "_twins_lock", "inner")
+    __slots__ = ("_inner_beside", "_inner_usage", "_known", "_sealer", "_twins", "_twins_lock", "inner")
 
     @property
     def edits_inputs(self) -> bool:
         """Whether the wrapped store records an approval with an edited input (so this one does)."""
         return edits_inputs(self.inner)
 
+    previews_text = False
+    """The wrapped store is given ciphertext only, so the previews it keeps are empty."""
+
+    @property
+    def keeps_usage(self) -> bool:
+        """Whether the wrapped store keeps each session's usage (so this one does)."""
+        return self._inner_usage
+
     def __init__(self, inner: Store, sealer: Sealer) -> None:
         self.inner = inner
         self._sealer = sealer
         self._known: SessionMemory[_Known] = SessionMemory()
         self._inner_beside = saves_beside_handles(inner)  # read once: a signature is slow to inspect
+        self._inner_usage = keeps_usage(inner)
         # Per session: steers that are copies of a steer peeked under another seq (see _open_steers).
         self._twins: dict[str, dict[int, list[int]]] = {}
         self._twins_lock = threading.Lock()
@@ -329,13 +340,18 @@ class _Everything(EncryptedStore):
         taken: Sequence[int] = (),
         end: RunState | None = None,
         unless_steered: bool = False,
+        usage: Usage | None = None,
     ) -> Progress:
-        """Save encrypted as the run holding ``claim`` (the wrapped store's ``save_run``); steers decrypted."""
-        call = arguments.save_run(claim, taken, end, unless_steered)  # before sealing reads the claim
+        """Save encrypted as the run holding ``claim`` (the wrapped store's ``save_run``); steers decrypted.
+
+        ``usage`` goes to the wrapped store as it is (token counts are not content), when it keeps usage.
+        """
+        call = arguments.save_run(claim, taken, end, unless_steered, usage)  # before sealing reads the claim
         sealed = self._seal_transcript(claim.session_id, messages, claim)
         taken = self._with_twins(claim.session_id, call.taken)
+        extra = {"usage": call.usage} if self._inner_usage and call.usage is not None else {}
         progress: Progress = self.inner.save_run(
-            claim, sealed, taken=taken, end=call.end, unless_steered=call.unless_steered
+            claim, sealed, taken=taken, end=call.end, unless_steered=call.unless_steered, **extra
         )
         if call.end is not None and not progress.pending:
             self._known.release(claim.session_id, claim)  # released: the run no longer keeps it

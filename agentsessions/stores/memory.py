@@ -46,6 +46,8 @@ from agentsessions.stores.kit import arguments, steerkeys
 from agentsessions.stores.kit import busy as policies
 from agentsessions.stores.kit.approvals import check_wait
 from agentsessions.stores.kit.prune import PruneFilter, check_prune, in_batches
+from agentsessions.stores.kit.summary import fold_usage, preview, stored_usage
+from agentsessions.usage import Usage
 
 __all__ = ["MemoryStore"]
 
@@ -66,6 +68,8 @@ class _Entry:
     cancel_requested: bool = False
     approvals: tuple[Approval, ...] = ()  # the latest wait's calls, kept after it ended
     metadata: dict[str, str] = attrs.Factory(dict)  # replaced whole, never changed in place
+    preview: str = ""
+    usage: str | None = None  # kit.summary's text: the runs' totals, folded as each run saves
 
     def state(self, now: datetime.datetime) -> RunState:
         return derive_state(self.run_state, self.lease_expires_at, now)
@@ -83,6 +87,8 @@ class _Entry:
             pending_count(self.approvals) if self.run_state is RunState.WAITING else 0,
             metadata=self.metadata,
             approval_deadline=deadline(self.approvals) if self.run_state is RunState.WAITING else None,
+            usage=stored_usage(self.usage),
+            preview=self.preview,
         )
 
     def holds(self, claim: Claim) -> bool:
@@ -123,7 +129,7 @@ class MemoryStore:
         snapshot = self._snapshot(self._sessions.get(check_session_id(session_id)), messages)
         entry = self._locked(session_id)
         try:
-            entry.messages, entry.updated_at = snapshot, utcnow()
+            entry.messages, entry.updated_at, entry.preview = snapshot, utcnow(), preview(snapshot)
         finally:
             entry.lock.release()
 
@@ -257,7 +263,8 @@ class MemoryStore:
         check_session_id(new_id)
         source = self._sessions.get(check_session_id(session_id))
         messages = source.messages if source is not None else ()  # a tuple: the snapshot is free
-        fork = _Entry(messages=messages[: check_fork_at(at, len(messages))], updated_at=utcnow())
+        kept = messages[: check_fork_at(at, len(messages))]
+        fork = _Entry(messages=kept, updated_at=utcnow(), preview=preview(kept))  # its own runs' usage: none yet
         if self._sessions.setdefault(new_id, fork) is not fork:  # atomic: the new id is taken or it is ours
             raise ConflictError(f"cannot fork into session {new_id!r:.80}: it exists")
 
@@ -297,9 +304,13 @@ class MemoryStore:
         taken: Sequence[int] = (),
         end: RunState | None = None,
         unless_steered: bool = False,
+        usage: Usage | None = None,
     ) -> Progress:
-        """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``."""
-        call = arguments.save_run(claim, taken, end, unless_steered)
+        """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``.
+
+        With ``usage`` (the run's tokens so far) the session's usage records it in the same step.
+        """
+        call = arguments.save_run(claim, taken, end, unless_steered, usage)
         end, unless_steered = call.end, call.unless_steered
         entry = self._sessions.get(claim.session_id)
         if entry is None:
@@ -311,7 +322,9 @@ class MemoryStore:
             gone = set(call.taken)
             entry.steers = [steer for steer in entry.steers if steer.seq not in gone]
             now = utcnow()
-            entry.messages, entry.updated_at = snapshot, now
+            entry.messages, entry.updated_at, entry.preview = snapshot, now, preview(snapshot)
+            if call.usage is not None:
+                entry.usage = fold_usage(entry.usage, claim.token, call.usage)
             entry.lease_expires_at = now + datetime.timedelta(seconds=entry.lease)
             if end is not None and unless_steered and entry.steers:
                 return Progress(entry.cancel_requested, tuple(entry.steers))

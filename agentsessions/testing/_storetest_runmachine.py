@@ -19,7 +19,15 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from agentsessions.errors import ConflictError, SessionBusyError
 from agentsessions.messages import Message
 from agentsessions.runs import ENDINGS, Claim, Progress, Renewal, RunState, SessionInfo, Steer
-from agentsessions.testing._storetest_support import TEXT, Context, check_equal, check_raises, next_transcript
+from agentsessions.session import keeps_usage
+from agentsessions.testing._storetest_support import (
+    TEXT,
+    Context,
+    check_equal,
+    check_raises,
+    next_transcript,
+    shown_preview,
+)
 
 LONG_LEASE = 60.0  # no lease of this length runs out during a check
 REPLICAS = ("replica-1", "replica-2")
@@ -170,8 +178,10 @@ class RunMachine(RuleBasedStateMachine):
     @invariant()
     def info(self) -> None:
         got, model = self.stores[1].info(self.id), self.model
+        # A store that keeps the summary (usage and preview) shows the last text; these runs record no usage.
+        shown = shown_preview(self.stores[1], model.messages) if keeps_usage(self.stores[1]) else got.preview
         want = SessionInfo(self.id, len(model.messages), got.updated_at, model.state, model.holder,
-                           got.lease_expires_at, len(model.steers), model.cancel)  # fmt: skip
+                           got.lease_expires_at, len(model.steers), model.cancel, preview=shown)  # fmt: skip
         check_equal(got, want, "info()")
         check_equal(got.updated_at is not None, model.updated, "info().updated_at is set, after a save")
         if model.state is RunState.RUNNING and got.lease_expires_at is None:

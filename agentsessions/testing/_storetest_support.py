@@ -26,7 +26,7 @@ from hypothesis.errors import Flaky
 
 from agentsessions.errors import SessionBusyError
 from agentsessions.messages import Content, ContentType, Message, Role
-from agentsessions.runs import Claim, RunState, Steer
+from agentsessions.runs import Claim, RunState, Steer, preview
 from agentsessions.session import RunStore, Store
 
 PREFIX_LEN = len(f"storetest-{'0' * 32}-{0:08d}-")
@@ -544,3 +544,12 @@ def _check_released(states: dict[str, RunState], taken: list[str], left: list[st
             if int(n) < last.get(adder, -1):
                 raise AssertionError(f"{where}: adder {adder}'s steer {n} came after its steer {last[adder]}")
             last[adder] = int(n)
+
+
+def shown_preview(store: Store, messages: Sequence[Message]) -> str:
+    """The preview ``store`` should report for ``messages``: empty for one that never sees message text.
+
+    A wrapper that hands its store only ciphertext (``crypto.encrypted``) says so with a
+    false ``previews_text`` attribute; its records keep no text to show.
+    """
+    return preview(messages) if getattr(store, "previews_text", True) is not False else ""

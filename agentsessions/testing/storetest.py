@@ -27,7 +27,8 @@ store with only the four methods of
 :class:`~agentsessions.session.Store`; so is :data:`KEYS` (steer keys) for a store whose
 ``add_steer`` takes no ``key``, :data:`BUSY` (``if_busy`` policies) for one whose
 ``add_steer`` takes no ``if_busy``, :data:`EDIT` (an approval with an edited input) for
-one whose ``decide`` takes no ``rewrite``, and :data:`PRUNE` for one without ``prune``
+one whose ``decide`` takes no ``rewrite``, :data:`SUMMARY` (usage and preview) for one whose
+``save_run`` takes no ``usage``, and :data:`PRUNE` for one without ``prune``
 (:class:`~agentsessions.session.PruneStore`) or without metadata: every prune it makes names a
 pair fresh to the run, so that a store that honours it deletes no session of anyone else's.
 They delete every session they make; the sessions of the other properties stay behind.
@@ -61,6 +62,7 @@ from agentsessions.session import (
     Store,
     keeps_busy_policies,
     keeps_steer_keys,
+    keeps_usage,
 )
 from agentsessions.testing._storetest_approvals import APPROVAL_CHECKS, APPROVAL_PROPERTIES, EDIT
 from agentsessions.testing._storetest_arguments import ARGUMENTS
@@ -72,6 +74,7 @@ from agentsessions.testing._storetest_metadata import METADATA, METADATA_CHECKS
 from agentsessions.testing._storetest_prune import PRUNE, PRUNE_CHECKS, prunes
 from agentsessions.testing._storetest_runs import RUN_CHECKS, RUN_PROPERTIES
 from agentsessions.testing._storetest_schema import SCHEMA, SCHEMA_CHECKS, versioned
+from agentsessions.testing._storetest_summary import SUMMARY, check_summary
 from agentsessions.testing._storetest_support import (
     CONTENT,
     MESSAGE,
@@ -105,6 +108,7 @@ __all__ = [
     "PRUNE",
     "RUN_PROPERTIES",
     "SCHEMA",
+    "SUMMARY",
     "Report",
     "check",
     "properties",
@@ -131,6 +135,7 @@ PROPERTIES: tuple[str, ...] = (
     FORK,
     *APPROVAL_PROPERTIES,
     METADATA,
+    SUMMARY,
     PRUNE,
     SCHEMA,
 )
@@ -160,7 +165,9 @@ class Report:
     (:func:`~agentsessions.session.keeps_busy_policies`), the
     metadata property for one that is not a :class:`~agentsessions.session.MetadataStore`, the
     prune property for one without ``prune`` (or without metadata, which its prunes name), the
-    schema property for one without ``schema_version`` (a store with no database).
+    schema property for one without ``schema_version`` (a store with no database), the
+    usage-and-preview property for one whose ``save_run`` takes no ``usage``
+    (:func:`~agentsessions.session.keeps_usage`).
     """
 
     examples: Mapping[str, int] = attrs.field(converter=_read_only)
@@ -238,6 +245,7 @@ def _check(names: Sequence[str], factory: Callable[[], Store], max_examples: int
             or (name == METADATA and not isinstance(context.store, MetadataStore))
             or (name == PRUNE and not prunes(context.store))
             or (name == SCHEMA and not versioned(context.store))
+            or (name == SUMMARY and not keeps_usage(context.store))
         ):
             skipped.append(name)
             continue
@@ -687,4 +695,5 @@ _CHECKS: dict[str, Callable[[Context], None]] = {
     STEERS: _check_steers,
     FRESH: _check_fresh_lists,
     MANY: check_many,
+    SUMMARY: check_summary,
 }

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
@@ -115,6 +116,53 @@ class AppendsPastTheStoredLength(DictStore):
             self.seen.move_to_end(key)
             if len(self.seen) > 256:
                 self.seen.popitem(last=False)
+
+
+class ForgetsWhatHandlesSaved(DictStore):
+    """Keeps what session handles saved among the last 256 sessions saved, not beside the handles.
+
+    A plain save replaces the transcript; a handle's save of a session it remembers does too,
+    but of one it forgot appends what is past the stored length: the mistake of a store that
+    keeps a handle's memory in its bounded cache.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: OrderedDict[object, None] = OrderedDict()
+
+    def save(self, session_id: str, messages: Sequence[Message], *, holder: object | None = None) -> None:
+        """Replace the transcript, unless a handle saves a forgotten session: then append past the stored length."""
+        key, new = self.key(session_id), list(check_transcript(messages))
+        with self.lock:
+            stored = self.transcripts.get(key, [])
+            forgotten = holder is not None and key not in self.seen
+            self.transcripts[key] = stored[: len(new)] + new[len(stored) :] if forgotten else new
+            self.seen[key] = None
+            self.seen.move_to_end(key)
+            if len(self.seen) > 256:
+                self.seen.popitem(last=False)
+
+
+class TrustsWhatAHandleSaved(DictStore):
+    """Remembers beside each session handle what it saved, and writes only what differs from that.
+
+    It never asks whether another handle, or another store object, wrote since: the mistake
+    of a store that keeps no stored revision beside a handle's memory.
+    """
+
+    def __init__(self, shared_with: DictStore) -> None:
+        super().__init__(shared_with)
+        self.by_handle: weakref.WeakKeyDictionary[object, list[Message]] = weakref.WeakKeyDictionary()
+
+    def save(self, session_id: str, messages: Sequence[Message], *, holder: object | None = None) -> None:
+        """Keep the stored prefix the handle saved last; replace the rest."""
+        key, new = self.key(session_id), list(check_transcript(messages))
+        old = self.by_handle.get(holder, []) if holder is not None else []
+        keep = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))
+        with self.lock:
+            self.transcripts[key] = self.transcripts.get(key, [])[:keep] + new[keep:]
+        if holder is not None:
+            self.by_handle[holder] = new
 
 
 class DropsEveryThirdSteer(DictStore):
@@ -697,6 +745,7 @@ def test_a_store_with_only_the_seed_methods_skips_the_run_properties() -> None:
         storetest.FORK,
         *storetest.APPROVAL_PROPERTIES,
         storetest.METADATA,
+        storetest.SUMMARY,
         storetest.PRUNE,
         storetest.SCHEMA,
     )
@@ -741,6 +790,8 @@ BROKEN = [
     pytest.param("save replaces the transcript", functools.partial(TrustsWhatItLastSaved, DictStore()), id="stale"),
     pytest.param("messages() returns a new list", ReturnsItsOwnList, id="returns-own-list"),
     pytest.param(storetest.MANY, AppendsPastTheStoredLength, id="forgets-past-256-sessions"),
+    pytest.param(storetest.MANY, ForgetsWhatHandlesSaved, id="forgets-what-handles-saved"),
+    pytest.param(storetest.MANY, functools.partial(TrustsWhatAHandleSaved, DictStore()), id="stale-handle-memory"),
     pytest.param("unknown sessions are empty", FailsOnUnknownSessions, id="fails-on-unknown"),
 ]
 

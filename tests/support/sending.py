@@ -146,6 +146,8 @@ class SendTally:
 
     trials: int = 0
     killed: int = 0
+    texts: int = 0  # texts the senders were given, sent or not (a killed sender leaves the rest unsent)
+    stored: int = 0  # user texts in the final transcripts, every copy, acknowledged or not
     acknowledged: int = 0
     answered_once: int = 0
     lost: int = 0
@@ -158,8 +160,8 @@ class SendTally:
 
     def __str__(self) -> str:
         return (
-            f"{self.trials} trials ({self.killed} senders killed), {self.acknowledged} texts acknowledged "
-            f"and {self.refused} refused: "
+            f"{self.trials} trials ({self.killed} senders killed), {self.texts} texts given to the senders, "
+            f"{self.acknowledged} acknowledged and {self.refused} refused, {self.stored} stored: "
             f"{self.answered_once} answered once, {self.lost} lost, {self.doubled} doubled; "
             f"{self.pending_at_resume} still pending for the resumer, which ran {self.resumed} times; "
             f"{self.superseded} runs superseded"
@@ -208,6 +210,7 @@ def one_send_trial(
         senders.append(process)
     victim, kill_after = rng.randrange(SENDERS), rng.randint(0, THREADS * TEXTS)
     acked, errors, superseded, refused = collect(pipes, senders, go, victim, kill_after, rng)
+    tally.texts += SENDERS * THREADS * TEXTS
     tally.superseded += superseded
     tally.refused += len(refused)
     survivors = [p for p in range(SENDERS) if p != victim]
@@ -299,6 +302,7 @@ def account(store: agent.RunStore, session_id: str, acked: list[str], tally: Sen
     lost = [text for text in acked if counts[text] == 0]
     doubled = [text for text, count in counts.items() if count > 1]
     tally.acknowledged += len(acked)
+    tally.stored += sum(counts.values())
     tally.answered_once += sum(1 for text in acked if counts[text] == 1)
     tally.lost += len(lost)
     tally.doubled += len(doubled)

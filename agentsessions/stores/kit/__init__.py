@@ -23,6 +23,9 @@ Each module is one concern the stores would otherwise each write again:
   text, kept beside its key; ``conflict``, the error for a key reused with another text).
 - :mod:`agentsessions.stores.kit.prune`: ``store.prune(...)``'s arguments (``check_prune``)
   and which sessions it may delete (``PruneFilter.matches``, asked in the deleting step).
+- :mod:`agentsessions.stores.kit.summary`: what a record says of its transcript for a
+  listing (``preview`` of the last text; ``fold_usage`` and ``stored_usage``, the runs' token
+  totals kept in the save's own write).
 - :mod:`agentsessions.stores.kit.busy`: ``add_steer(..., if_busy=...)``, what a steer does
   when a live run holds its session (``after_token``, ``interrupts``), decided in the step
   that adds it.

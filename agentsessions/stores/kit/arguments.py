@@ -10,7 +10,7 @@ argument, what it should be and what arrived, and nothing is written::
 
     session_id, text, key = arguments.add_steer(session_id, text, key)
     session_id, replica, lease = arguments.claim(session_id, replica, lease)
-    call = arguments.save_run(claim, taken, end, unless_steered)
+    call = arguments.save_run(claim, taken, end, unless_steered, usage)
     claims = arguments.renew(claims)
 
 Session ids, steers, transcripts, leases and ends have their checks where they are
@@ -26,21 +26,29 @@ import attrs
 
 from agentsessions.runs import Claim, RunState, check_end, check_lease
 from agentsessions.session import check_session_id, check_steer, check_steer_key
+from agentsessions.usage import Usage
 
-__all__ = ["MAX_SEQ", "SaveRun", "add_steer", "claim", "renew", "save_run"]
+__all__ = ["MAX_SEQ", "MAX_TOKENS", "SaveRun", "add_steer", "claim", "renew", "save_run"]
 
 MAX_SEQ = 2**63 - 1
 """The largest steer seq or fencing token: every store keeps them in a signed 64-bit integer."""
 
+MAX_TOKENS = 2**53 - 1
+"""The largest token count a run's usage may carry: every store's JSON (and Redis's Lua) keeps it exactly."""
+
 
 @attrs.frozen
 class SaveRun:
-    """``save_run``'s arguments once checked: ``taken`` as a list of seqs, ``end`` as a state or ``None``."""
+    """``save_run``'s arguments once checked: ``taken`` as a list of seqs, ``end`` as a state or ``None``.
+
+    ``usage``: the tokens the run has used so far, or ``None`` to leave the stored usage as it is.
+    """
 
     claim: Claim
     taken: list[int]
     end: RunState | None
     unless_steered: bool
+    usage: Usage | None = None
 
 
 def add_steer(session_id: object, text: object, key: object) -> tuple[str, str, str | None]:
@@ -53,11 +61,11 @@ def claim(session_id: object, replica: object, lease: object) -> tuple[str, str,
     return check_session_id(session_id), _replica(replica), check_lease(lease)
 
 
-def save_run(claim: object, taken: object, end: object, unless_steered: object) -> SaveRun:
+def save_run(claim: object, taken: object, end: object, unless_steered: object, usage: object = None) -> SaveRun:
     """``save_run``'s arguments but the transcript (which a store checks as it plans the save), checked."""
     if not isinstance(unless_steered, bool):
         raise TypeError(f"unless_steered must be a bool, got {_shown(unless_steered)}")
-    return SaveRun(_claim(claim, "claim"), _seqs(taken), check_end(end), unless_steered)
+    return SaveRun(_claim(claim, "claim"), _seqs(taken), check_end(end), unless_steered, _usage(usage))
 
 
 def renew(claims: object) -> list[Claim]:
@@ -76,6 +84,20 @@ def _claim(value: object, name: str) -> Claim:
     if not 0 < value.token <= MAX_SEQ:
         raise ValueError(f"{name}.token must be between 1 and 2**63 - 1, got {value.token}")
     return value
+
+
+def _usage(usage: object) -> Usage | None:
+    if usage is None:
+        return None
+    if not isinstance(usage, Usage):
+        raise TypeError(f"usage must be an agentsessions.Usage or None, got {_shown(usage)}")
+    for field in attrs.fields(Usage):
+        count = getattr(usage, field.name)
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise TypeError(f"usage.{field.name} must be an int, got {_shown(count)}")
+        if not 0 <= count <= MAX_TOKENS:
+            raise ValueError(f"usage.{field.name} must be between 0 and 2**53 - 1, got {count}")
+    return usage
 
 
 def _seqs(taken: object) -> list[int]:

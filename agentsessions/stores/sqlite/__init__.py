@@ -57,7 +57,9 @@ from agentsessions.stores.kit.failures import translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
 from agentsessions.stores.kit.prune import PruneFilter, check_prune, prune_listed
+from agentsessions.stores.kit.summary import fold_usage, preview, stored_usage
 from agentsessions.stores.sqlite._schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, migrator, prepare
+from agentsessions.usage import Usage
 
 __all__ = ["MIGRATIONS", "PAGE_SIZE", "SCHEMA", "SCHEMA_VERSION", "SQLiteStore", "migrator", "open"]
 
@@ -73,9 +75,9 @@ _RENEW_REVISION = "UPDATE agentsessions_sessions SET revision = ? WHERE id = ?"
 _DELETE_MESSAGES_FROM = "DELETE FROM agentsessions_messages WHERE session_id = ? AND position >= ?"
 _INSERT_MESSAGE = "INSERT INTO agentsessions_messages (session_id, position, body) VALUES (?, ?, ?)"
 _UPSERT_SESSION = """
-INSERT INTO agentsessions_sessions (id, revision, length, updated_at) VALUES (?, ?, ?, ?)
+INSERT INTO agentsessions_sessions (id, revision, length, updated_at, preview) VALUES (?, ?, ?, ?, ?)
 ON CONFLICT (id) DO UPDATE SET revision = excluded.revision, length = excluded.length,
-                               updated_at = excluded.updated_at
+                               updated_at = excluded.updated_at, preview = excluded.preview
 """
 # A steer or a claim before any save makes the record: length 0, never updated, IDLE.
 _CREATE_RECORD = "INSERT INTO agentsessions_sessions (id, revision, length) VALUES (?, ?, 0) ON CONFLICT DO NOTHING"
@@ -98,11 +100,11 @@ UPDATE agentsessions_sessions SET run_state = 'running', token = ?, holder = ?, 
 WHERE id = ?
 """
 _SELECT_RUN = """
-SELECT revision, length, token, run_state, lease, cancel_requested FROM agentsessions_sessions WHERE id = ?
+SELECT revision, length, token, run_state, lease, cancel_requested, usage FROM agentsessions_sessions WHERE id = ?
 """
 _SAVE_RUN = """
 UPDATE agentsessions_sessions SET revision = ?, length = ?, updated_at = ?, lease_expires_at = ?,
-                                  run_state = ?, cancel_requested = ?
+                                  run_state = ?, cancel_requested = ?, preview = ?, usage = ?
 WHERE id = ?
 """
 _RENEW = """
@@ -115,7 +117,11 @@ UPDATE agentsessions_sessions SET cancel_requested = 1
 WHERE id = ? AND run_state = 'running' AND lease_expires_at > ?
 """
 # A fork is a new record and a copy of the rows made by SQLite itself, never through Python.
-_FORK_RECORD = "INSERT INTO agentsessions_sessions (id, revision, length, updated_at) VALUES (?, ?, ?, ?)"
+_FORK_RECORD = "INSERT INTO agentsessions_sessions (id, revision, length, updated_at, preview) VALUES (?, ?, ?, ?, ?)"
+# The fork's preview: its messages from the last, read until one has text (most often the first read).
+_MESSAGES_BACK = """
+SELECT CAST(body AS BLOB) FROM agentsessions_messages WHERE session_id = ? AND position < ? ORDER BY position DESC
+"""
 _COPY_MESSAGES = """
 INSERT INTO agentsessions_messages (session_id, position, body)
 SELECT ?, position, body FROM agentsessions_messages WHERE session_id = ? AND position < ? ORDER BY position
@@ -155,7 +161,8 @@ _INFO_COLUMNS = """id, length, updated_at, run_state, holder, lease_expires_at, 
        (SELECT count(*) FROM agentsessions_steers WHERE session_id = s.id),
        (SELECT pending FROM agentsessions_approvals WHERE session_id = s.id),
        (SELECT json_group_object(mkey, mvalue) FROM agentsessions_metadata WHERE session_id = s.id),
-       (SELECT body FROM agentsessions_approvals WHERE session_id = s.id AND pending > 0)"""
+       (SELECT body FROM agentsessions_approvals WHERE session_id = s.id AND pending > 0),
+       preview, usage"""
 # One pair of sessions(metadata=...): the session ids the pair's index gives.
 _HOLDS_PAIR = " AND id IN (SELECT session_id FROM agentsessions_metadata WHERE mkey = :k{n} AND mvalue = :v{n})"
 _INFO = f"SELECT {_INFO_COLUMNS} FROM agentsessions_sessions AS s WHERE id = ?"
@@ -222,7 +229,7 @@ class SQLiteStore:
         revision, key = new_revision(), encode_text(session_id)
         with self._errors("save the transcript", session_id), self._transaction() as db:
             _write_messages(db, key, plan, db.execute(_SELECT_SESSION, (key,)).fetchone())
-            db.execute(_UPSERT_SESSION, (key, revision, len(plan.messages), _now()))
+            db.execute(_UPSERT_SESSION, (key, revision, len(plan.messages), _now(), _preview(plan.messages)))
         self._known.remember(session_id, revision, plan.messages, holder)
 
     def messages(self, session_id: str) -> list[Message]:
@@ -348,7 +355,7 @@ class SQLiteStore:
             row = db.execute(_SELECT_SESSION, (key,)).fetchone()
             length = check_fork_at(at, row[1] if row else 0)
             try:
-                db.execute(_FORK_RECORD, (new_key, new_revision(), length, _now()))
+                db.execute(_FORK_RECORD, (new_key, new_revision(), length, _now(), _forked_preview(db, key, length)))
             except sqlite3.IntegrityError:
                 raise ConflictError(f"cannot fork into session {new_id!r:.80}: it exists") from None
             db.execute(_COPY_MESSAGES, (new_key, key, length))
@@ -386,9 +393,13 @@ class SQLiteStore:
         taken: Sequence[int] = (),
         end: RunState | None = None,
         unless_steered: bool = False,
+        usage: Usage | None = None,
     ) -> Progress:
-        """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``."""
-        call = arguments.save_run(claim, taken, end, unless_steered)
+        """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``.
+
+        With ``usage`` (the run's tokens so far) the record's usage takes it in the same transaction.
+        """
+        call = arguments.save_run(claim, taken, end, unless_steered, usage)
         plan, ending = plan_save(self._known, claim.session_id, messages, claim), call.end
         revision, key = new_revision(), encode_text(claim.session_id)
         with self._errors("save the run", claim.session_id), self._transaction() as db:
@@ -400,7 +411,10 @@ class SQLiteStore:
             pending = db.execute(_PEEK_STEERS, (key,)).fetchall() if ending and call.unless_steered else []
             release, now = None if pending else ending, _now()
             state, cancel = (RunState.RUNNING.value, row[5]) if release is None else (release.value, 0)
-            db.execute(_SAVE_RUN, (revision, len(plan.messages), now, now + values.span(row[4]), state, cancel, key))
+            used = row[6] if call.usage is None else fold_usage(row[6], claim.token, call.usage)
+            shown = _preview(plan.messages)
+            lease = now + values.span(row[4])
+            db.execute(_SAVE_RUN, (revision, len(plan.messages), now, lease, state, cancel, shown, used, key))
         self._known.remember(claim.session_id, revision, plan.messages, claim if release is None else None)
         if release is not None:
             return Progress()
@@ -594,8 +608,21 @@ def _hold(db: sqlite3.Connection, key: bytes) -> tuple[str | None, int | None, b
     return run_state, expires, holder, token
 
 
+def _preview(messages: Sequence[Message]) -> bytes:
+    return encode_text(preview(messages))
+
+
+def _forked_preview(db: sqlite3.Connection, key: bytes, length: int) -> bytes:
+    """The preview of the session's first ``length`` messages, read from the last until one has text."""
+    for (body,) in db.execute(_MESSAGES_BACK, (key, length)):
+        shown = preview([load_message(body)])
+        if shown:
+            return encode_text(shown)
+    return b""
+
+
 def _info(row: Sequence[Any], now: int) -> SessionInfo:
-    key, length, updated, run_state, holder, expires, cancel, pending, undecided, metadata, waiting = row
+    key, length, updated, run_state, holder, expires, cancel, pending, undecided, metadata, waiting, shown, usage = row
     session_id = decode_text(key)
     state = _state(run_state, expires, now, session_id)
     return SessionInfo(
@@ -610,6 +637,8 @@ def _info(row: Sequence[Any], now: int) -> SessionInfo:
         (undecided or 0) if run_state == RunState.WAITING else 0,
         load_metadata(metadata),
         deadline_of(waiting, state is RunState.WAITING, session_id),
+        stored_usage(usage),
+        values.text(shown) or "",
     )
 
 

@@ -21,9 +21,9 @@ from agentsessions.stores.kit.schema import VERSION_TABLE, Applied, Step, check_
 
 __all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION", "SQLiteMigrator", "migrator", "prepare"]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The version of the schema this release creates and needs (2: steer keys; 3: approvals; 4: session metadata;
-5: steers queued for the next run)."""
+5: steers queued for the next run; 6: each session's preview and usage)."""
 
 # One row per version applied. A file that has the session table and no row is version 1.
 _VERSIONS = f"""
@@ -86,6 +86,15 @@ _QUEUED = """
 ALTER TABLE agentsessions_steers ADD COLUMN after_token INTEGER NOT NULL DEFAULT 0;
 """
 
+# Version 6: what a listing shows of a session's transcript, written by each save: the preview
+# of its last text (a BLOB like every text that may hold a lone surrogate) and the runs' usage
+# (kit.summary's JSON). NULL in a session saved before: an empty preview and no usage until
+# its next save. Each statement is harmless run again, as version 5's.
+_SUMMARY = """
+ALTER TABLE agentsessions_sessions ADD COLUMN preview BLOB;
+ALTER TABLE agentsessions_sessions ADD COLUMN usage TEXT;
+"""
+
 # Ids, holders and steers are BLOBs of their UTF-8 with surrogates passed through, so any
 # str round-trips and ids compare byte for byte. Message bodies are codec JSON text, in a
 # rowid table with a separate key: WITHOUT ROWID would store kilobyte rows in half-empty
@@ -113,7 +122,9 @@ CREATE TABLE IF NOT EXISTS agentsessions_sessions (
     holder            BLOB,
     lease             REAL    NOT NULL DEFAULT 0,
     lease_expires_at  INTEGER,
-    cancel_requested  INTEGER NOT NULL DEFAULT 0
+    cancel_requested  INTEGER NOT NULL DEFAULT 0,
+    preview           BLOB,
+    usage             TEXT
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS agentsessions_sessions_by_update ON agentsessions_sessions (updated_at, id);
 CREATE TABLE IF NOT EXISTS agentsessions_messages (
@@ -147,6 +158,7 @@ MIGRATIONS: dict[int, list[str]] = {
     2: sql_statements(_APPROVALS + _record(3), sqlite3.complete_statement),
     3: sql_statements(_METADATA + _record(4), sqlite3.complete_statement),
     4: sql_statements(_QUEUED + _record(5), sqlite3.complete_statement),
+    5: sql_statements(_SUMMARY + _record(6), sqlite3.complete_statement),
 }
 """From a version to the statements that bring it to the next; the store runs them on open."""
 
@@ -155,6 +167,7 @@ _SUMMARIES = {
     2: "approvals (table agentsessions_approvals)",
     3: "session metadata (table agentsessions_metadata, indexed by pair)",
     4: "steers queued for the next run (column agentsessions_steers.after_token)",
+    5: "each session's preview and usage (columns agentsessions_sessions.preview and usage)",
 }
 
 _TABLES = "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('agentsessions_sessions', ?)"
