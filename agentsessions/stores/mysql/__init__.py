@@ -206,11 +206,19 @@ UPDATE agentsessions_sessions SET run_state = 'running', token = %s, holder = %s
 WHERE id = %s
 """
 _CANCEL = "UPDATE agentsessions_sessions SET cancel_requested = TRUE WHERE id = %s"
-# Record first, then what hangs off it: the order saves lock in, so the two never deadlock.
-_DELETE_SESSION = "DELETE s FROM agentsessions_sessions AS s FORCE INDEX (PRIMARY) WHERE s.id = %s"
-_DELETE_ALL_STEERS = "DELETE s FROM agentsessions_steers AS s FORCE INDEX (PRIMARY) WHERE s.session_id = %s"
-_DELETE_KEYS = "DELETE k FROM agentsessions_steer_keys AS k FORCE INDEX (PRIMARY) WHERE k.session_id = %s"
-_DELETE_APPROVALS = "DELETE a FROM agentsessions_approvals AS a FORCE INDEX (PRIMARY) WHERE a.session_id = %s"
+# What delete removes, for one session or a prune's whole batch: one statement a table, each
+# finding its rows by the primary key. Record first, then what hangs off it: the order saves
+# lock in, so the two never deadlock. The first four count towards "the session existed"; a
+# session with steer keys or approvals has its record.
+_DELETE_SESSIONS = (
+    "DELETE s FROM agentsessions_sessions AS s FORCE INDEX (PRIMARY) WHERE s.id IN ({ids})",
+    "DELETE s FROM agentsessions_steers AS s FORCE INDEX (PRIMARY) WHERE s.session_id IN ({ids})",
+    "DELETE m FROM agentsessions_messages AS m FORCE INDEX (PRIMARY) WHERE m.session_id IN ({ids})",
+    "DELETE x FROM agentsessions_metadata AS x FORCE INDEX (PRIMARY) WHERE x.session_id IN ({ids})",
+    "DELETE k FROM agentsessions_steer_keys AS k FORCE INDEX (PRIMARY) WHERE k.session_id IN ({ids})",
+    "DELETE a FROM agentsessions_approvals AS a FORCE INDEX (PRIMARY) WHERE a.session_id IN ({ids})",
+)
+_COUNTED = 4
 # Under the record's lock (_LOCK_SESSION), as every write of the session: a claim, a wait and
 # a decision queue up, so each decision reads the approvals the one before it left.
 _WAIT = "UPDATE agentsessions_sessions SET run_state = 'waiting', cancel_requested = FALSE WHERE id = %s"
@@ -488,7 +496,7 @@ class MySQLStore:
         """Remove record, steers and transcript in one transaction; ``True`` if the session existed."""
         key = encode_text(check_session_id(session_id))
         with self._transaction("delete the session", session_id) as cur:
-            found = _delete(cur, key)
+            found = _delete(cur, [key])
         self._known.forget(session_id)
         return found
 
@@ -506,12 +514,13 @@ class MySQLStore:
 
     def _prune_batch(self, ids: list[str], wanted: PruneFilter) -> int:
         # Each record is locked and read again in the transaction that deletes it: a claim that
-        # came first keeps its session, one that comes later waits and finds none.
+        # came first keeps its session, one that comes later waits and finds none. What still
+        # matches goes with one statement a table, its rows already locked.
         with self._transaction("prune the sessions", None) as cur:
             cur.execute(_LOCK_BATCH.format(ids=", ".join(["%s"] * len(ids))), [encode_text(i) for i in ids])
             gone = [info.id for info in map(_info, cur.fetchall()) if wanted.matches(info)]
-            for session_id in gone:
-                _delete(cur, encode_text(session_id))
+            if gone:
+                _delete(cur, [encode_text(session_id) for session_id in gone])
         for session_id in gone:
             self._known.forget(session_id)
         return len(gone)
@@ -820,15 +829,11 @@ def _delete_steers(cur: Any, key: bytes, seqs: list[int]) -> None:
         cur.execute(_DELETE_STEERS.format(placeholders=", ".join(["%s"] * len(seqs))), [key, *seqs])
 
 
-def _delete(cur: Any, key: bytes) -> bool:
-    """What delete removes of the session ``key``, on ``cur``'s transaction; whether it existed."""
-    found: int = cur.execute(_DELETE_SESSION, (key,))
-    found += cur.execute(_DELETE_ALL_STEERS, (key,))
-    found += cur.execute(_DELETE_MESSAGES_FROM, (key, 0))
-    found += cur.execute(_DELETE_METADATA, (key,))
-    cur.execute(_DELETE_KEYS, (key,))  # not counted: a session with keys has its record
-    cur.execute(_DELETE_APPROVALS, (key,))  # not counted: a session with approvals has its record
-    return found > 0
+def _delete(cur: Any, keys: list[bytes]) -> bool:
+    """What delete removes of the sessions ``keys``, on ``cur``'s transaction; whether any of them existed."""
+    ids = ", ".join(["%s"] * len(keys))
+    counts: list[int] = [cur.execute(sql.format(ids=ids), keys) for sql in _DELETE_SESSIONS]
+    return sum(counts[:_COUNTED]) > 0
 
 
 def _info(row: tuple[Any, ...]) -> SessionInfo:
