@@ -270,7 +270,7 @@ def test_a_read_that_a_save_and_a_stale_writer_overtook_starts_over(database: Da
         stale = {"session_id": "s", "epoch": epoch, "position": position, "body": dump_message(agent.Message.user("x"))}
         database[mongodb.MESSAGES].insert_one(stale)
     # Every message `before` names is there again, but they are not what was saved: start over.
-    assert store._read("s", before) is None
+    assert store._bodies("s", before) is None
     assert store.messages("s") == changed
 
 

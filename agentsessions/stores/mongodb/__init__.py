@@ -65,7 +65,7 @@ except ImportError as error:  # pragma: no cover - depends on what is installed
     raise ImportError("agentsessions.stores.mongodb needs pymongo: pip install agentsessions[mongodb]") from error
 
 from agentsessions.approvals import Approval, Decision, pending_error
-from agentsessions.codec import encode_text, load_message
+from agentsessions.codec import encode_text
 from agentsessions.errors import ConflictError, SchemaMissingError, StoreError
 from agentsessions.messages import Message
 from agentsessions.metadata import check_metadata, metadata_filter, pair_texts
@@ -291,10 +291,9 @@ class MongoStore:
                 state = parse_state(self._sessions.find_one({"_id": stored}, STATE_FIELDS))
                 if state is None:
                     return []
-                loaded = self._read(stored, state)
-                if loaded is not None:
-                    self._known.remember(session_id, state.revision, loaded)
-                    return loaded
+                bodies = self._bodies(stored, state)
+                if bodies is not None:  # else a save deleted some of them meanwhile: read again
+                    return self._known.read(session_id, state.revision, bodies)
         raise self._gave_up("read the transcript", session_id, "saves kept changing it while it was read")
 
     def add_steer(self, session_id: str, text: str, *, key: str | None = None, if_busy: str = "steer") -> RunState:
@@ -701,11 +700,6 @@ class MongoStore:
         # document lists the garbage, and the next save deletes it.
         with suppress(PyMongoError):
             self._messages.bulk_write([DeleteMany(in_run(stored, e, start)) for e, start in garbage], ordered=False)
-
-    def _read(self, stored: object, state: State) -> list[Message] | None:
-        """The messages ``state`` names, or ``None`` if a save deleted some of them meanwhile."""
-        bodies = self._bodies(stored, state)
-        return None if bodies is None else [load_message(body) for body in bodies]
 
     def _bodies(self, stored: object, state: State) -> list[str | bytes] | None:
         """The stored bodies of the messages ``state`` names, or ``None`` if a save deleted some of them meanwhile."""
