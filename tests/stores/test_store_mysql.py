@@ -139,8 +139,6 @@ def _lock_waits(admin: Any, database: str, table: str) -> list[tuple[Any, ...]]:
 def test_the_mysql_store_keeps_the_contract(name: str, store: mysql.MySQLStore) -> None:
     # A new store object per call, over the same pool: the suite uses two as replicas.
     report = storetest.check(name, lambda: mysql.MySQLStore(store.connect))
-    if name == storetest.SUMMARY and report.skipped == (name,):  # until this store keeps usage (issue 28)
-        return
     assert report.replicas and report.skipped == () and report.examples[name] > 0, report
 
 
