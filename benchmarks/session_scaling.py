@@ -3,16 +3,19 @@
     python -m benchmarks.session_scaling                      # 300 and 1,000 sessions, every persistent store
     python -m benchmarks.session_scaling --sessions 10000     # the large case (minutes per store)
     python -m benchmarks.session_scaling --stores postgres,redis --modes run
-    python -m benchmarks.session_scaling --sessions 10000 --stores mysql --modes run,handle --repeats 1
+    python -m benchmarks.session_scaling --sessions 10000 --stores mysql --modes run,handle --repeats 1 --interleave
 
 For each store and each number of sessions N, through one store object: every session is
 saved at 10 messages, then grown by one message each, round-robin (N - 1 other sessions
 saved between two saves of one session), and those saves are timed ("early"); then every
 session is brought to 120 messages and grown by one again, timed ("late"). All of it
-twice; the table prints the lower of the two medians of each and late/early side by side
-(goal: at most 1.2). Two ways of
-saving: ``run``, each session held by a run (``claim``, then ``save_run`` under it: what a
-replica running N sessions at once does), ``handle`` (``agent.open(id, store).save``
+twice (``--repeats``); the table prints the lowest median of each and late/early side by
+side (goal: at most 1.2). With ``--interleave`` half the sessions are brought to 10
+messages and half to 120, and one timed round grows each by one, early and late sessions
+alternately: a load that drifts between two rounds (a shared machine) then falls on both
+alike, and so does the size of the tables. Three ways of saving: ``run``, each session
+held by a run (``claim``, then ``save_run`` under it: what a replica running N sessions at
+once does), ``handle`` (``agent.open(id, store).save``
 through handles the application keeps: what each saved is remembered beside it), and
 ``plain`` (``store.save``, or a handle made afresh for each save: a web view's saves), for
 which a store object remembers only the 256 sessions it used last and reads the stored
@@ -71,20 +74,32 @@ def load() -> str:
     return " / ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def _round(save: Callable[[int, int], None], sessions: int, length: int) -> list[float]:
-    """Each session saved at ``length`` messages, round-robin; each save's seconds."""
+def _round(save: Callable[[int, int], None], lengths: Sequence[int]) -> list[float]:
+    """Session ``i`` saved at ``lengths[i]`` messages, round-robin; each save's seconds."""
     timings = []
-    for i in range(sessions):
+    for i, length in enumerate(lengths):
         started = time.perf_counter()
         save(i, length)
         timings.append(time.perf_counter() - started)
-    if sessions >= 10_000:  # a round takes minutes there: show the pace
-        print(f"    round to {length} messages: {sum(timings):.0f} s, load {load()}", flush=True)
+    if len(lengths) >= 10_000:  # a round takes minutes there: show the pace
+        print(f"    round to {sorted(set(lengths))} messages: {sum(timings):.0f} s, load {load()}", flush=True)
     return timings
 
 
-def measure(store: Any, name: str, sessions: int, mode: str, talk: list[agent.Message], repeats: int = 2) -> Row:
-    """The early and late append of ``sessions`` sessions through ``store``, saved as ``mode`` says."""
+def measure(
+    store: Any,
+    name: str,
+    sessions: int,
+    mode: str,
+    talk: list[agent.Message],
+    repeats: int = 2,
+    *,
+    interleave: bool = False,
+) -> Row:
+    """The early and late append of ``sessions`` sessions through ``store``, saved as ``mode`` says.
+
+    ``interleave``: half the sessions early and half late, timed in one round (see ``--interleave``).
+    """
     tag = f"scaling-{mode}-{sessions}-{time.monotonic_ns()}"
     ids = [f"{tag}-{i}" for i in range(sessions)]
     claims: list[Claim] = []
@@ -102,16 +117,25 @@ def measure(store: Any, name: str, sessions: int, mode: str, talk: list[agent.Me
 
     early, late = [], []
     for _ in range(repeats):  # the lowest median of each kept: a busy moment of the machine falls on one
-        _round(save, sessions, EARLY)  # from LATE + 1 the second time: a cut, not timed
-        early.append(statistics.median(_round(save, sessions, EARLY + 1)))
-        _round(save, sessions, LATE)
-        late.append(statistics.median(_round(save, sessions, LATE + 1)))
+        if interleave:
+            # Even sessions early, odd ones late, saved alternately in one timed round: the
+            # machine's load, and the table's size, are the same for both.
+            lengths = [LATE if i % 2 else EARLY for i in range(sessions)]
+            _round(save, lengths)  # untimed: a first save, or a cut the second time
+            timings = _round(save, [n + 1 for n in lengths])
+            early.append(statistics.median(timings[0::2]))
+            late.append(statistics.median(timings[1::2]))
+            continue
+        _round(save, [EARLY] * sessions)  # from LATE + 1 the second time: a cut, not timed
+        early.append(statistics.median(_round(save, [EARLY + 1] * sessions)))
+        _round(save, [LATE] * sessions)
+        late.append(statistics.median(_round(save, [LATE + 1] * sessions)))
     memory = remembered(store) if mode != "plain" else None
     for i, session_id in enumerate(ids):
         if claims:
             store.save_run(claims[i], talk[: LATE + 1], end=RunState.FINISHED)
         store.delete(session_id)
-    return Row(name, sessions, mode, min(early), min(late), memory, load())
+    return Row(name, sessions, f"{mode}, mixed" if interleave else mode, min(early), min(late), memory, load())
 
 
 def remembered(store: Any) -> int:
@@ -158,6 +182,12 @@ def main() -> None:
     parser.add_argument("--stores", default="sqlite,postgres,mysql,mongodb,redis")
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--repeats", type=int, default=2, help="rounds of each kind; 1 halves a long run")
+    parser.add_argument(
+        "--interleave",
+        action="store_true",
+        help="half the sessions at 10 messages and half at 120, timed in one round, alternately: "
+        "a load that drifts between rounds (a shared machine) falls on early and late alike",
+    )
     args = parser.parse_args()
     counts = [int(n) for n in args.sessions.split(",")]
     modes = [m for m in args.modes.split(",") if m]
@@ -175,7 +205,8 @@ def main() -> None:
             for sessions in counts:
                 for mode in modes:
                     started = time.perf_counter()
-                    rows.append(measure(backend.store, name, sessions, mode, talk, args.repeats))
+                    row = measure(backend.store, name, sessions, mode, talk, args.repeats, interleave=args.interleave)
+                    rows.append(row)
                     took = time.perf_counter() - started
                     # The row at once: a long run's figures survive its being stopped later.
                     print(f"  {name} {sessions} {mode}: {took:.0f} s", table(rows[-1:]).splitlines()[-1], flush=True)
