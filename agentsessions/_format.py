@@ -17,6 +17,8 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import IO, Any
 
+import attrs
+
 from agentsessions.approvals import Approval
 from agentsessions.messages import Content, ContentType, Message
 from agentsessions.runs import RunState, SessionInfo, Steer
@@ -84,6 +86,8 @@ def info_json(info: SessionInfo) -> dict[str, Any]:
         "metadata": info.metadata,
         "pending_approvals": info.pending_approvals,
         "approval_deadline": _iso(info.approval_deadline),
+        "usage": attrs.asdict(info.usage),
+        "preview": info.preview,
     }
 
 

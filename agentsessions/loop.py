@@ -102,6 +102,8 @@ class ReactLoop:
         # A run Runner.send started for a stored text: if another run took the text and
         # answered it first, this one finds nothing waiting and must not answer again.
         self.for_steers = for_steers
+        # The store's steers were just collected (by that check): step 1 asks only the box.
+        self.collected = False
         # Where requests start: the last summary in the transcript (a resumed one's too), if any.
         self.summary_at = cp.last_compaction(self.transcript)
         self.prompt_tokens: int | None = None  # the last response's input, cached included
@@ -134,7 +136,8 @@ class ReactLoop:
         step, emit = self.steps, self.emit
         if emit:
             emit(ev.StepStarted(step))
-        self.collect_steers()
+        self.collect_steers(store=not self.collected)
+        self.collected = False
         if self.spec.compaction is not None:
             self.compact(step, self.spec.compaction)
         self.save()
@@ -354,6 +357,9 @@ class ReactLoop:
         another run between ``send`` storing it and this run's claim.
         """
         self.collect_steers()
+        # Step 1 follows at once: a steer stored in between is taken at step 2, or by the
+        # release, as one stored just after step 1's collection would be. One round trip less.
+        self.collected = True
         last = self.transcript[-1] if self.transcript else None
         return (
             last is not None
@@ -361,11 +367,11 @@ class ReactLoop:
             and not any(content.type is ContentType.TOOL_USE for content in last.content)
         )
 
-    def collect_steers(self) -> None:
-        """Put waiting steers (the run's box, then the session's) where the run has got to."""
+    def collect_steers(self, *, store: bool = True) -> None:
+        """Put waiting steers (the run's box, then the session's unless ``store`` is false) where the run has got to."""
         # The store's first: if taking them fails, the box's are still in the box, and the
         # failed run reports them unapplied instead of losing them.
-        stored = self.keep.take_steers()
+        stored = self.keep.take_steers() if store else []
         box = self.box.take()
         if box or stored:
             self.unsaved_box += box

@@ -1,9 +1,10 @@
-"""Pruning many old sessions on PostgreSQL while runs claim some of them, in one run.
+"""Pruning many old sessions on PostgreSQL or MariaDB/MySQL while runs claim some of them, in one run.
 
-    python -m benchmarks.prune                    # 100,000 sessions
+    python -m benchmarks.prune                    # 100,000 sessions on PostgreSQL
     python -m benchmarks.prune --sessions 5000    # a quicker look
+    python -m benchmarks.prune --store mysql      # on MariaDB/MySQL
 
-The store is filled in bulk (COPY, as ``benchmarks.session_listing`` does) with finished
+The store is filled in bulk (as ``benchmarks.session_listing`` does: COPY, multi-row INSERTs) with finished
 sessions saved long ago, each with a user in its metadata. Then ``store.prune`` deletes them,
 ``batch`` at a time, while a thread claims sessions the prune has not reached yet, one after
 another, as runs resuming old conversations would. It prints the whole prune's time, each
@@ -22,7 +23,10 @@ import time
 from typing import Any
 
 from benchmarks.save_scaling import STORES
-from benchmarks.session_listing import _rows, fill_postgres
+from benchmarks.session_listing import FILLS, _rows
+
+NAMES = {"postgres": "PostgreSQL", "mysql": "MariaDB/MySQL"}
+"""The stores this benchmark fills, and what it calls them."""
 
 
 def _claims(store: Any, ids: list[str], stop: threading.Event) -> list[float]:
@@ -62,13 +66,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, default=100_000, help="how many old sessions to prune")
     parser.add_argument("--batch", type=int, default=500, help="the prune's batch size")
+    parser.add_argument("--store", choices=sorted(NAMES), default="postgres", help="the server to prune on")
     arguments = parser.parse_args()
-    count = arguments.sessions
-    print(f"== prune {count:,} finished sessions on PostgreSQL, batch {arguments.batch}, claims beside it")
+    count, kind = arguments.sessions, arguments.store
+    print(f"== prune {count:,} finished sessions on {NAMES[kind]}, batch {arguments.batch}, claims beside it")
     print(f"   (load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} cores)")
-    with STORES["postgres"]() as backend:
+    with STORES[kind]() as backend:
         store: Any = backend.store
-        fill_postgres(store, _rows(0, count))
+        FILLS[kind](store, _rows(0, count))
         newest = [f"s{n:08d}" for n in range(count - 1, count - 1 - min(2000, count // 4), -1)]
         before, during = newest[: len(newest) // 4], newest[len(newest) // 4 :]
         quiet = _claims(store, before, threading.Event())

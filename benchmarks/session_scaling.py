@@ -3,6 +3,7 @@
     python -m benchmarks.session_scaling                      # 300 and 1,000 sessions, every persistent store
     python -m benchmarks.session_scaling --sessions 10000     # the large case (minutes per store)
     python -m benchmarks.session_scaling --stores postgres,redis --modes run
+    python -m benchmarks.session_scaling --sessions 10000 --stores mysql --modes run,handle --repeats 1
 
 For each store and each number of sessions N, through one store object: every session is
 saved at 10 messages, then grown by one message each, round-robin (N - 1 other sessions
@@ -77,10 +78,12 @@ def _round(save: Callable[[int, int], None], sessions: int, length: int) -> list
         started = time.perf_counter()
         save(i, length)
         timings.append(time.perf_counter() - started)
+    if sessions >= 10_000:  # a round takes minutes there: show the pace
+        print(f"    round to {length} messages: {sum(timings):.0f} s, load {load()}", flush=True)
     return timings
 
 
-def measure(store: Any, name: str, sessions: int, mode: str, talk: list[agent.Message]) -> Row:
+def measure(store: Any, name: str, sessions: int, mode: str, talk: list[agent.Message], repeats: int = 2) -> Row:
     """The early and late append of ``sessions`` sessions through ``store``, saved as ``mode`` says."""
     tag = f"scaling-{mode}-{sessions}-{time.monotonic_ns()}"
     ids = [f"{tag}-{i}" for i in range(sessions)]
@@ -98,7 +101,7 @@ def measure(store: Any, name: str, sessions: int, mode: str, talk: list[agent.Me
             store.save(ids[i], talk[:length])
 
     early, late = [], []
-    for _ in range(2):  # twice, the lower median of each kept: a busy moment of the machine falls on one
+    for _ in range(repeats):  # the lowest median of each kept: a busy moment of the machine falls on one
         _round(save, sessions, EARLY)  # from LATE + 1 the second time: a cut, not timed
         early.append(statistics.median(_round(save, sessions, EARLY + 1)))
         _round(save, sessions, LATE)
@@ -154,6 +157,7 @@ def main() -> None:
     parser.add_argument("--sessions", default="300,1000", help="numbers of sessions, comma-separated")
     parser.add_argument("--stores", default="sqlite,postgres,mysql,mongodb,redis")
     parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--repeats", type=int, default=2, help="rounds of each kind; 1 halves a long run")
     args = parser.parse_args()
     counts = [int(n) for n in args.sessions.split(",")]
     modes = [m for m in args.modes.split(",") if m]
@@ -171,8 +175,10 @@ def main() -> None:
             for sessions in counts:
                 for mode in modes:
                     started = time.perf_counter()
-                    rows.append(measure(backend.store, name, sessions, mode, talk))
-                    print(f"  {name} {sessions} {mode}: {time.perf_counter() - started:.0f} s", flush=True)
+                    rows.append(measure(backend.store, name, sessions, mode, talk, args.repeats))
+                    took = time.perf_counter() - started
+                    # The row at once: a long run's figures survive its being stopped later.
+                    print(f"  {name} {sessions} {mode}: {took:.0f} s", table(rows[-1:]).splitlines()[-1], flush=True)
     print()
     print(table(rows))
     print(f"\ngoal: late/early <= {GOAL}. MongoDB: SecantusDB's figures unless a real server was named, not MongoDB's.")

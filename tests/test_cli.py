@@ -579,3 +579,15 @@ def test_approvals_approve_reject_and_list_waiting(backend: Backend) -> None:
     assert bad.code == 2 and "not valid JSON" in bad.err and bad.err.startswith("agentsessions: ")
     assert cli("--store", url, "cancel", "tidy").code == 0
     assert store.info("tidy").state is agent.RunState.CANCELLED
+
+
+def test_list_json_carries_each_sessions_usage_and_preview(sqlite_url: tuple[str, agent.RunStore]) -> None:
+    url, store = sqlite_url
+    reply = agent.ModelResponse(agent.Message.assistant("the answer"), usage=agent.Usage(12, 3, 40, 5))
+    agent.Runner().run(
+        agent.Spec(session=agent.open("chat", store)), [agent.Message.user("hi")], ScriptedEndpoint([reply])
+    )
+    listed = cli("--store", url, "list", "--json")
+    [record] = [json.loads(line) for line in listed.lines()]
+    assert listed.code == 0 and record["preview"] == "the answer"
+    assert record["usage"] == {"input_tokens": 12, "output_tokens": 3, "cache_read_tokens": 40, "cache_write_tokens": 5}

@@ -147,3 +147,57 @@ def test_a_stored_block_with_a_field_its_type_does_not_use_is_refused_on_the_fas
         codec._decode_message(row)
     with pytest.raises(agent.FormatError, match=f"has no {name}"):
         codec.load_message(row)
+
+
+# --- A whole transcript's rows at once (load_messages, what every store's read uses) ---------------
+
+_ROWS_OF_EVERY_KIND = [
+    '{"v":1,"role":"user","content":[{"type":"text","text":"a\\ud800b"}]}',  # a lone surrogate escape
+    '{"v":2,"role":"user","content":[{"type":"text","text":["x",55357,"y"]}]}',  # a field spelled as pieces
+    '{"v":2,"role":"assistant","content":[{"type":"text","text":"t","name":"stray"}]}',  # an unused field, then
+    '{"v":3,"role":"assistant","content":[{"type":"thinking","text":"hm","signature":"c2ln"}]}',
+    '{"v": 4, "role": "user", "content": [{"type": "tool_result", "tool_use_id": "c", "text": "2"}]}',
+]
+
+
+@given(st.lists(st.sampled_from(["text", "tool_use", "tool_result", "compaction"]), max_size=6), texts)
+def test_a_transcripts_rows_read_at_once_as_each_reads_alone(kinds: list[str], text: str) -> None:
+    C = agent.Content
+    made = {
+        "text": lambda: agent.Message.user(text),
+        "tool_use": lambda: agent.Message(agent.Role.ASSISTANT, [C.tool_use("c", "add", text)]),
+        "tool_result": lambda: agent.Message(agent.Role.USER, [C.tool_result("c", text, is_error=True)]),
+        "compaction": lambda: agent.Message(agent.Role.USER, [C.compaction(text, covers=3)]),
+    }
+    transcript = [made[kind]() for kind in kinds]
+    for rows in ([codec.dump_message(m) for m in transcript], [codec.dump_message(m).encode() for m in transcript]):
+        read = codec.load_messages(rows)
+        assert read == transcript == [codec.load_message(row) for row in rows]
+        assert all(type(block) is agent.Content for message in read for block in message.content)
+        assert all(type(message.content) is tuple and type(message.role) is agent.Role for message in read)
+
+
+def test_rows_of_older_versions_among_current_ones_read_as_each_reads_alone() -> None:
+    current = codec.dump_message(agent.Message.assistant("now"))
+    rows = [current, *_ROWS_OF_EVERY_KIND, current]
+    assert codec.load_messages(rows) == [codec.load_message(row) for row in rows]
+    assert codec.load_messages([row.encode() for row in rows]) == codec.load_messages(rows)
+
+
+@pytest.mark.parametrize(
+    ("row", "error"),
+    [
+        ('{"v":4,"role":"user","content":[{"type":"text","text":"a","is_error":true}]}', "has no is_error"),
+        ('{"v":4,"v":5,"role":"user","content":[]}', "newer than this agentsessions reads"),
+        ('{"v":5,"role":"user","content":[]}', "newer than this agentsessions reads"),
+        ('{"v":4,"role":"user","content":[]}{"v":4,"role":"user","content":[]}', "not JSON"),
+        ('{"v":true,"role":"user","content":[]}', "versions are integers"),
+        ('{"v":4,"role":"system","content":[]}', "malformed message"),
+    ],
+)
+def test_a_row_that_cannot_be_read_among_others_is_a_format_error_naming_its_position(row: str, error: str) -> None:
+    good = codec.dump_message(agent.Message.user("fine"))
+    with pytest.raises(agent.FormatError, match=f"^message 2: .*{error}"):
+        codec.load_messages([good, good, row, good])
+    with pytest.raises(agent.FormatError, match=f"^message 1: .*{error}"):
+        codec.load_messages([good.encode(), row.encode()])

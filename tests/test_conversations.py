@@ -13,6 +13,7 @@ import pytest
 import agentsessions as agent
 from agentsessions.codec import encode_text
 from agentsessions.endpoints import ScriptedEndpoint
+from agentsessions.runs import Steer
 from agentsessions.stores.memory import MemoryStore
 from tests.support.backends import Opener
 from tests.support.waiting import wait_for
@@ -131,6 +132,32 @@ def test_a_send_whose_text_another_run_answered_first_asks_the_model_nothing() -
     assert len(model.requests) == 1
     assert [m.text for m in store.messages("chat")] == ["BA", "the answer"]
     assert store.info("chat").state is agent.RunState.FINISHED
+
+
+class CountsPeeks(MemoryStore):
+    """Counts the reads of the session's steers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.peeks = 0
+
+    def peek_steers(self, session_id: str) -> list[Steer]:
+        self.peeks += 1
+        return super().peek_steers(session_id)
+
+
+def test_a_send_reads_the_stored_steers_once_before_its_first_request() -> None:
+    # The check that nobody answered the text first collects the steers; step 1 follows at
+    # once and asks the box only (a steer stored in between is step 2's or the release's).
+    store = CountsPeeks()
+    spec = agent.Spec(session=agent.open("chat", store))
+    model = ScriptedEndpoint([agent.Message.assistant("one"), agent.Message.assistant("two")])
+    for text in ("first", "second"):
+        store.peeks = 0
+        run = agent.Runner().send(spec, text, model)
+        assert run is not None and run.wait(5).steps == 1
+        assert store.peeks == 1
+    assert [m.text for m in store.messages("chat")] == ["first", "one", "second", "two"]
 
 
 def test_many_sends_from_two_replicas_are_each_answered_once(opener: Opener) -> None:

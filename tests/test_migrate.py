@@ -99,6 +99,7 @@ def test_plan_prints_the_steps_and_applies_nothing(kind: str, tmp_path: Path) ->
         assert "to version 2: steer keys" in done.stdout and "to version 3: approvals" in done.stdout
         assert "to version 4: session metadata" in done.stdout
         assert "to version 5: steers queued for the next run" in done.stdout
+        assert "to version 6: each session's preview and usage" in done.stdout
         assert STEP[kind] in done.stdout
         if kind not in COMMENT:  # the SQL stores create a table a version
             assert "CREATE TABLE IF NOT EXISTS agentsessions_approvals" in done.stdout

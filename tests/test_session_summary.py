@@ -18,7 +18,7 @@ from agentsessions.stores.memory import MemoryStore
 from tests.support.backends import scratch_opener, store_params
 
 # The stores that keep usage and preview so far; each joins as it gains them (issue 28).
-KEEPING = ("sqlite",)
+KEEPING = ("sqlite", "postgres", "mysql", "mongodb", "redis")
 
 
 @pytest.fixture(params=store_params("memory", *KEEPING))

@@ -35,8 +35,9 @@
 
 ``list --json`` writes JSON Lines: one object per session, newest update first, with
 ``id``, ``state``, ``length``, ``updated_at``, ``holder``, ``lease_expires_at`` (ISO 8601,
-UTC, or null), ``pending_steers``, ``cancel_requested``, ``metadata`` and
-``pending_approvals``. ``show --json`` writes one object: the same fields, ``steers``
+UTC, or null), ``pending_steers``, ``cancel_requested``, ``metadata``,
+``pending_approvals``, ``approval_deadline``, ``usage`` (its four token counts) and
+``preview``. ``show --json`` writes one object: the same fields, ``steers``
 (``seq`` and ``text`` of each one waiting) and ``transcript`` (the ``dumps`` form, parsed).
 
 Store URLs (--store, else the AGENTSESSIONS_STORE environment variable):

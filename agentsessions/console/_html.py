@@ -112,12 +112,23 @@ def _filter(root: str, label: str, count: str, query: str, current: bool) -> str
 def _row(root: str, info: SessionInfo, now: datetime.datetime) -> str:
     cancelling = " (cancelling)" if info.cancel_requested else ""
     return (
-        f'<tr><td><a href="{escape(session_link(root, info.id))}">{escape(info.id)}</a></td>'
+        f'<tr><td><a href="{escape(session_link(root, info.id))}">{escape(info.id)}</a>{_preview(info)}</td>'
         f'<td><span class="state {info.state.value}">{info.state.value}{cancelling}</span></td>'
         f"<td>{info.length}</td><td>{info.pending_steers}</td><td>{fmt.utc(info.updated_at)}</td>"
         f"<td>{escape(info.holder or '-')}</td><td>{escape(fmt.lease(info, now))}</td>"
         f"<td>{_pending(info)}</td></tr>"
     )
+
+
+def _preview(info: SessionInfo) -> str:
+    """The session's last words under its id: what a chat sidebar shows."""
+    return f'<div class="preview">{escape(info.preview)}</div>' if info.preview else ""
+
+
+def _tokens(info: SessionInfo) -> str:
+    usage = info.usage
+    read = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+    return f"{read:,} in ({usage.cache_read_tokens:,} from the cache), {usage.output_tokens:,} out"
 
 
 def _pending(info: SessionInfo) -> str:
@@ -150,6 +161,7 @@ def status(info: SessionInfo, steers: Sequence[Steer], now: datetime.datetime) -
         + (doing if info.state is RunState.RUNNING else "")
         + (f"<dt>approvals</dt><dd>{_pending(info)}</dd>" if info.state is RunState.WAITING else "")
         + f"<dt>messages</dt><dd>{info.length}</dd><dt>updated (UTC)</dt><dd>{fmt.utc(info.updated_at)}</dd>"
+        f'<dt>tokens</dt><dd class="usage">{_tokens(info)}</dd>'
         f"<dt>steers waiting</dt><dd>{len(steers)}</dd></dl>" + (f'<ol class="steers">{waiting}</ol>' if steers else "")
     )
 

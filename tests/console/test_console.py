@@ -566,3 +566,16 @@ def test_an_approval_with_an_edited_input_runs_the_edit_and_a_bad_edit_is_refuse
     assert "the model asked: <code>{&quot;path&quot;: &quot;a.txt&quot;}</code>" in page
     wait.resume()
     assert wait.ran == ["a-copy.txt", "b.txt"]
+
+
+def test_the_list_shows_each_sessions_last_words_and_its_page_the_tokens(base: str, store: sqlite.SQLiteStore) -> None:
+    reply = agent.ModelResponse(
+        Message.assistant("Your order <b>ships</b> tomorrow."), usage=agent.Usage(1200, 80, 3000)
+    )
+    agent.Runner().run(
+        agent.Spec(session=agent.open("order", store)), [Message.user("when?")], ScriptedEndpoint([reply])
+    )
+    listing = get(f"{base}/").text
+    assert '<div class="preview">Your order &lt;b&gt;ships&lt;/b&gt; tomorrow.</div>' in listing
+    page = get(f"{base}/session?id=order").text
+    assert '<dd class="usage">4,200 in (3,000 from the cache), 80 out</dd>' in page

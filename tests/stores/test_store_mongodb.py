@@ -34,6 +34,7 @@ import agentsessions as agent
 from agentsessions.codec import dump_message
 from agentsessions.runs import Progress, Renewal
 from agentsessions.stores import mongodb
+from agentsessions.stores.kit.summary import fold_usage
 from agentsessions.stores.mongodb import _layout
 from agentsessions.testing import storetest
 from tests.support.crossprocess import check_steers_across_processes
@@ -96,8 +97,6 @@ def _transcript(n: int, tag: str = "") -> list[agent.Message]:
 def test_the_mongodb_store_keeps_the_contract(name: str, database: Database[Any]) -> None:
     # A new store object each time, over the same database: the suite uses two as replicas.
     report = storetest.check(name, lambda: mongodb.MongoStore(database), max_examples=EXAMPLES)
-    if name == storetest.SUMMARY and report.skipped == (name,):  # until this store keeps usage (issue 28)
-        return
     assert report.replicas and report.skipped == () and report.examples[name] > 0, report
 
 
@@ -270,7 +269,7 @@ def test_a_read_that_a_save_and_a_stale_writer_overtook_starts_over(database: Da
         stale = {"session_id": "s", "epoch": epoch, "position": position, "body": dump_message(agent.Message.user("x"))}
         database[mongodb.MESSAGES].insert_one(stale)
     # Every message `before` names is there again, but they are not what was saved: start over.
-    assert store._read("s", before) is None
+    assert store._bodies("s", before) is None
     assert store.messages("s") == changed
 
 
@@ -448,6 +447,85 @@ def test_a_run_that_lost_its_claim_writes_nothing(database: Database[Any]) -> No
         store.claim("s", replica="third", lease=60)
 
 
+class _AfterFirstRead(CommandListener):
+    """While armed, calls ``then`` once, after the next read of a session document."""
+
+    def __init__(self, then: Callable[[], object]) -> None:
+        self.then, self.armed = then, False
+
+    def started(self, event: CommandStartedEvent) -> None:
+        pass
+
+    def succeeded(self, event: CommandSucceededEvent) -> None:
+        if self.armed and event.command_name == "find":
+            self.armed = False
+            self.then()
+
+    def failed(self, event: CommandFailedEvent) -> None:
+        pass
+
+
+def test_usage_is_folded_into_the_text_read_and_a_change_since_the_read_starts_over(
+    client: Client, database: Database[Any]
+) -> None:
+    sessions = database[mongodb.SESSIONS]
+    earlier = ""  # an earlier run's figures, written meanwhile
+    listener = _AfterFirstRead(lambda: sessions.update_one({"_id": "s"}, {"$set": {"usage": earlier}}))
+    host, port = client.address or ("127.0.0.1", 27017)
+    watched: Client
+    with MongoClient(host, port, event_listeners=[listener]) as watched:
+        store = mongodb.MongoStore(watched[database.name])
+        claim = store.claim("s", replica="r", lease=60)
+        store.save_run(claim, _transcript(1), usage=agent.Usage(1, 2, 3, 4))
+        assert _usage_text(sessions) == fold_usage(None, claim.token, agent.Usage(1, 2, 3, 4))
+        earlier = fold_usage(None, claim.token - 1, agent.Usage(100, 200, 300, 400))
+        listener.armed = True
+        store.save_run(claim, _transcript(2), usage=agent.Usage(5, 6, 7, 8))
+        assert not listener.armed  # the text changed after the save read it: its commit failed, and it read again
+    assert _usage_text(sessions) == fold_usage(earlier, claim.token, agent.Usage(5, 6, 7, 8))
+    assert mongodb.MongoStore(database).info("s").usage == agent.Usage(105, 206, 307, 408)
+
+
+def test_a_stored_usage_this_version_cannot_read_is_a_format_error_and_nothing_is_written(
+    database: Database[Any],
+) -> None:
+    store, sessions = mongodb.MongoStore(database), database[mongodb.SESSIONS]
+    claim = store.claim("s", replica="r", lease=60)
+    store.save_run(claim, _transcript(1), usage=agent.Usage(1))
+    sessions.update_one({"_id": "s"}, {"$set": {"usage": '{"token":1}'}})
+    with pytest.raises(agent.FormatError, match="stored usage is not one this version reads"):
+        store.save_run(claim, _transcript(3), usage=agent.Usage(2))
+    assert store.messages("s") == _transcript(1) and _usage_text(sessions) == '{"token":1}'
+    store.save_run(claim, _transcript(3))  # without usage, the text is only read
+    assert store.messages("s") == _transcript(3)
+
+
+def _usage_text(sessions: pymongo.collection.Collection[dict[str, Any]]) -> object:
+    doc = sessions.find_one({"_id": "s"}, {"usage": 1})
+    return None if doc is None else doc.get("usage")
+
+
+def test_a_preview_with_lone_surrogates_round_trips(database: Database[Any]) -> None:
+    store = mongodb.MongoStore(database)
+    store.save("s", [agent.Message.user("a\ud800b")])
+    store.fork("s", "fork")
+    reader = mongodb.MongoStore(database)
+    assert [reader.info(i).preview for i in ("s", "fork")] == ["a\ud800b"] * 2
+    assert [info.preview for info in reader.sessions()] == ["a\ud800b"] * 2
+
+
+def test_a_fork_reads_back_past_messages_without_text_for_its_preview(database: Database[Any]) -> None:
+    store = mongodb.MongoStore(database)
+    said = agent.Message.assistant("the last words " * 20)
+    quiet = [agent.Message.user(agent.Content.tool_result(f"t{i}", "a result is not text")) for i in range(40)]
+    store.save("quiet", [agent.Message.user("first"), said, *quiet])
+    for fork, at, preview in [("all", None, said.text[:200]), ("some", 30, said.text[:200]), ("first", 1, "first")]:
+        store.fork("quiet", fork, at=at)
+        assert store.info(fork).preview == preview
+    store.fork("quiet", "none", at=0)
+    assert store.info("none").preview == ""
+
+
 class _SteerAfterEachRead(CommandListener):
     """While armed, adds a steer (through ``steer``) after every read of a session document: steady steering."""
 
@@ -533,10 +611,12 @@ def test_a_fork_sends_no_message_through_the_client(client: Client, database: Da
         store.info("source")  # the first call checks the indexes
         commands.commands.clear()
         store.fork("source", "fork", at=20)
-        # Read the source and look for the target; copy (one segment); read the source again; commit.
-        assert commands.commands == ["find", "find", "aggregate", "find", "insert"]
+        # Read the source and look for the target; copy (one segment); read the source again;
+        # read the copies back from the last for the preview (one batch); commit.
+        assert commands.commands == ["find", "find", "aggregate", "find", "find", "insert"]
         assert commands.documents == 0  # no message document was inserted from here
     assert mongodb.MongoStore(database).messages("fork") == _transcript(20)
+    assert mongodb.MongoStore(database).info("fork").preview == "message 19"
     assert _copies(database, "fork") == 20
 
 
@@ -555,6 +635,8 @@ def test_a_fork_copies_every_chunk_of_a_split_message(database: Database[Any]) -
     assert reader.messages("before") == transcript[:1]
     assert database[mongodb.MESSAGES].count_documents({"session_id": "split", "position": 1}) == 2
     assert (_copies(database, "whole"), _copies(database, "split"), _copies(database, "before")) == (4, 3, 1)
+    previews = [reader.info(fork).preview for fork in ("whole", "split", "before")]
+    assert previews == ["changed", text[:200], "before"]  # the split message's pieces read back joined
     store.save("split", [*transcript[:2], agent.Message.user("on the fork")])  # a fork saves like any session
     assert reader.messages("split") == [*transcript[:2], agent.Message.user("on the fork")]
     assert reader.messages("huge") == [*transcript[:2], agent.Message.user("changed")]

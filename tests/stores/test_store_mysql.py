@@ -139,8 +139,6 @@ def _lock_waits(admin: Any, database: str, table: str) -> list[tuple[Any, ...]]:
 def test_the_mysql_store_keeps_the_contract(name: str, store: mysql.MySQLStore) -> None:
     # A new store object per call, over the same pool: the suite uses two as replicas.
     report = storetest.check(name, lambda: mysql.MySQLStore(store.connect))
-    if name == storetest.SUMMARY and report.skipped == (name,):  # until this store keeps usage (issue 28)
-        return
     assert report.replicas and report.skipped == () and report.examples[name] > 0, report
 
 
@@ -192,6 +190,33 @@ def test_a_database_made_before_schema_versions_is_refused_by_name_until_migrate
         for _ in range(2):
             assert store.add_steer("s", "keyed", key="request-1") is agent.RunState.IDLE
         assert store.take_steers("s") == ["keyed"] and store.delete("s") is True
+    finally:
+        _drop(admin, old)
+
+
+def test_sessions_saved_at_version_5_show_no_summary_until_their_next_save(admin: Any) -> None:
+    old = _create(admin, tables=True)
+    try:
+        conn = connect(old, autocommit=True)
+        store = mysql.MySQLStore(functools.partial(connect, old))
+        store.save("before", [agent.Message.user("saved at version 5")])
+        for sql in (
+            "ALTER TABLE agentsessions_sessions DROP COLUMN preview, DROP COLUMN `usage`",
+            "DELETE FROM agentsessions_schema WHERE version = 6",
+        ):
+            _query(conn, sql)
+        for _ in range(2):  # each statement of the step stands alone: running it again changes nothing
+            for sql in mysql.MIGRATIONS[5]:
+                _query(conn, sql)
+        assert _query(conn, "SELECT version FROM agentsessions_schema ORDER BY version")[-1] == (6,)
+        store = mysql.MySQLStore(functools.partial(connect, old))
+        info = store.info("before")
+        assert (info.length, info.preview, info.usage) == (1, "", agent.Usage())
+        store.fork("before", "forked")  # the source's preview is NULL: the fork reads its messages
+        assert store.info("forked").preview == "saved at version 5"
+        store.save("before", [agent.Message.user("saved at version 5"), agent.Message.assistant("and at 6")])
+        assert [i.preview for i in store.sessions()] == ["and at 6", "saved at version 5"]
+        conn.close()
     finally:
         _drop(admin, old)
 

@@ -1,8 +1,9 @@
 """The PostgreSQL store: the conformance suite, a missing schema, incremental saves,
 parallel sessions, a connection killed mid-save, steers taken from several processes,
 renewal in one statement, tokens across delete, forks copied by the server in one
-statement, and calls bounded in time (a lock held elsewhere, a server that stops
-answering, the pool's check of a connection that stopped answering).
+statement (a prefix's preview read back from its last rows), and calls bounded in time
+(a lock held elsewhere, a server that stops answering, the pool's check of a connection
+that stopped answering).
 
 Each run works in a schema of its own (``agentsessions_test_<random>``), dropped at the end.
 """
@@ -122,8 +123,6 @@ def store(pool: Pool) -> postgres.PostgresStore:
 def test_the_postgres_store_keeps_the_contract(name: str, store: postgres.PostgresStore) -> None:
     # A new store object per call, over the same pool: the suite uses two as replicas.
     report = storetest.check(name, lambda: postgres.PostgresStore(store.pool))
-    if name == storetest.SUMMARY and report.skipped == (name,):  # until this store keeps usage (issue 28)
-        return
     assert report.replicas and report.skipped == () and report.examples[name] > 0, report
 
 
@@ -535,18 +534,55 @@ def test_a_fork_racing_the_creation_of_its_new_id_waits_for_it_then_raises_confl
     assert _stored(admin, schema, "fork-raced") == ((None, 0, None, None, False), 0)
 
 
-def test_a_fork_is_one_statement_in_one_round_trip_and_no_message_leaves_the_server(schema: str) -> None:
+def test_a_fork_of_the_whole_transcript_is_one_round_trip_and_no_message_leaves_the_server(schema: str) -> None:
     with make_pool(schema, max_size=1, prepare_threshold=None) as pool:
         store = postgres.PostgresStore(pool)
         store.save("fork-traced", numbered_transcript(100))
-        messages = _traced(pool, lambda: store.fork("fork-traced", "fork-traced-60", at=60))
+        messages = _traced(pool, lambda: store.fork("fork-traced", "fork-traced-all"))
         statements = [m[3] for m in messages if m[0] == "F" and m[2] in {"Parse", "Query"}]
         touching = [s for s in statements if "agentsessions_" in s]
         assert len(touching) == 1 and re.match(r' "" "\s*WITH source AS', touching[0])
         assert _round_trips(messages) == 1  # the whole transaction: borrowing the connection sends nothing
         rows = [m for m in messages if m[0] == "B" and m[2] == "DataRow"]
         assert len(rows) == 2  # the limits and the one row of lengths: no message came to Python
-        assert store.messages("fork-traced-60") == numbered_transcript(60)
+        assert store.messages("fork-traced-all") == numbered_transcript(100)
+        assert store.info("fork-traced-all").preview == "m99"  # the source's, copied by the server
+
+
+def test_a_fork_of_a_prefix_reads_its_last_messages_back_once_for_its_preview(schema: str) -> None:
+    with make_pool(schema, max_size=1, prepare_threshold=None) as pool:
+        store = postgres.PostgresStore(pool)
+        store.save("fork-prefix", numbered_transcript(100))
+        messages = _traced(pool, lambda: store.fork("fork-prefix", "fork-prefix-60", at=60))
+        statements = [m[3] for m in messages if m[0] == "F" and m[2] in {"Parse", "Query"}]
+        touching = [s for s in statements if "agentsessions_" in s]
+        assert len(touching) == 2 and re.match(r' "" "\s*UPDATE agentsessions_sessions SET preview', touching[1])
+        assert _round_trips(messages) == 2  # the copy and its last rows; then the preview with the commit
+        assert store.messages("fork-prefix-60") == numbered_transcript(60)
+        assert store.info("fork-prefix-60").preview == "m59"
+
+
+def _tool_turn(n: int) -> list[agent.Message]:
+    """A tool call and its result: two messages without text."""
+    call = agent.Message(agent.Role.ASSISTANT, (agent.Content.tool_use(f"call-{n}", "look", "{}"),))
+    return [call, agent.Message.user(agent.Content.tool_result(f"call-{n}", f"result {n}"))]
+
+
+@pytest.mark.parametrize("tools", [0, 7, 8, 30])  # the fork reads 16 rows at a time: within, at and past them
+def test_a_fork_of_a_prefix_ending_in_tool_calls_reads_back_to_the_last_text(
+    store: postgres.PostgresStore, tools: int
+) -> None:
+    turns = [message for n in range(tools) for message in _tool_turn(n)]
+    source = f"fork-tools-{tools}"
+    store.save(source, [agent.Message.user("ask"), agent.Message.assistant("the last words"), *turns, *_tool_turn(99)])
+    store.fork(source, f"{source}-prefix", at=2 + len(turns))
+    store.fork(source, f"{source}-none", at=0)
+    replica = postgres.PostgresStore(store.pool)
+    assert replica.info(f"{source}-prefix").preview == "the last words"
+    assert replica.info(f"{source}-none").preview == ""
+    store.save(f"{source}-only-tools", turns)
+    store.fork(f"{source}-only-tools", f"{source}-only-tools-fork", at=len(turns))
+    assert replica.info(f"{source}-only-tools-fork").preview == ""
 
 
 # --- The pool's check ------------------------------------------------------------------------

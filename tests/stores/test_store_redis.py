@@ -28,6 +28,7 @@ from redis.retry import Retry
 import agentsessions as agent
 from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.runs import Progress, Renewal
+from agentsessions.stores.kit.summary import fold_usage, stored_usage
 from agentsessions.stores.redis import RedisStore
 from agentsessions.testing import storetest
 from tests.support.backends import delete_prefix, open_redis
@@ -72,8 +73,6 @@ def store(client: redis.Redis, prefix: str) -> RedisStore:
 def test_the_redis_store_keeps_the_contract(name: str, client: redis.Redis, prefix: str) -> None:
     # A new store object per call, over the same client: the suite uses two as replicas.
     report = storetest.check(name, lambda: RedisStore(client, prefix=prefix))
-    if name == storetest.SUMMARY and report.skipped == (name,):  # until this store keeps usage (issue 28)
-        return
     assert report.replicas and report.skipped == () and report.examples[name] > 0, report
 
 
@@ -148,6 +147,55 @@ def test_a_fork_copies_on_the_server_and_an_existing_id_is_a_conflict(store: Red
     with pytest.raises(TypeError, match="must be an int or None, got bool"):
         store.fork("fork-source", "fork-out", at=True)
     assert store.info("fork-out") == agent.SessionInfo("fork-out")
+
+
+def test_the_script_folds_usage_into_the_same_text_as_kit_summary(client: redis.Redis, store: RedisStore) -> None:
+    record = store._record(b"usage")
+    used = [agent.Usage(1, 2, 3, 4), agent.Usage(7), agent.Usage(10, 20, 30, 2**53 - 1)]  # each run's so far
+    expected: str | None = None
+    for _ in range(2):  # runs
+        claim = store.claim("usage", replica="r", lease=30)
+        for usage in used:
+            store.save_run(claim, numbered_transcript(2), usage=usage)
+            expected = fold_usage(expected, claim.token, usage)
+            assert client.hget(record, "us") == expected.encode()  # digits and all, as Python writes it
+        store.save_run(claim, numbered_transcript(2), end=agent.RunState.FINISHED)  # no usage: left as it is
+        assert expected is not None and client.hget(record, "us") == expected.encode()
+    assert store.info("usage").usage == stored_usage(expected) == agent.Usage(20, 40, 60, 2 * (2**53 - 1))
+
+
+def test_a_stored_usage_the_script_cannot_read_is_a_format_error_and_nothing_is_written(
+    client: redis.Redis, store: RedisStore
+) -> None:
+    claim = store.claim("bad-usage", replica="r", lease=30)
+    store.save_run(claim, numbered_transcript(1), usage=agent.Usage(1))
+    for bad in (
+        b"{",
+        b'{"token":1,"run":[1,2,3],"before":[0,0,0,0]}',
+        b'{"token":"1","run":[0,0,0,0],"before":[0,0,0,0]}',
+    ):
+        client.hset(store._record(b"bad-usage"), "us", bad)
+        with pytest.raises(agent.FormatError, match="stored usage is not one this version reads"):
+            store.save_run(claim, numbered_transcript(3), usage=agent.Usage(2))
+        assert store.messages("bad-usage") == numbered_transcript(1)
+        assert client.hget(store._record(b"bad-usage"), "us") == bad
+    store.save_run(claim, numbered_transcript(3))  # without usage, the text is not read
+    assert store.messages("bad-usage") == numbered_transcript(3)
+
+
+def test_a_fork_reads_back_past_messages_without_text_for_its_preview(client: redis.Redis, store: RedisStore) -> None:
+    said = agent.Message.assistant("the last words " * 20)
+    quiet = [agent.Message.user(agent.Content.tool_result(f"t{i}", "a result is not text")) for i in range(20)]
+    store.save("quiet", [agent.Message.user("first"), said, *quiet])
+    store.fork("quiet", "quiet-all")
+    assert store.info("quiet-all").preview == said.text[:200]
+    store.fork("quiet", "quiet-some", at=12)
+    assert store.info("quiet-some").preview == said.text[:200]
+    store.fork("quiet", "quiet-none", at=0)
+    assert store.info("quiet-none").preview == ""
+    store.fork("quiet", "quiet-first", at=1)
+    assert store.info("quiet-first").preview == "first"
+    assert store.messages("quiet-all") == store.messages("quiet")
 
 
 def test_keys_stay_under_the_prefix_and_delete_leaves_none(client: redis.Redis, store: RedisStore, prefix: str) -> None:
@@ -233,7 +281,7 @@ def _lose_one(proxy: Proxy, call: Callable[[], Any]) -> Any:
 
 
 def test_every_step_run_twice_by_a_retry_after_a_lost_reply_counts_once(
-    lossy: tuple[RedisStore, Proxy], client: redis.Redis, prefix: str
+    lossy: tuple[RedisStore, Proxy], client: redis.Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store, proxy = lossy
     direct = RedisStore(client, prefix=prefix)
@@ -251,8 +299,19 @@ def test_every_step_run_twice_by_a_retry_after_a_lost_reply_counts_once(
     assert (info.state, info.length, info.pending_steers) == (agent.RunState.FINISHED, 3, 0)
     _lose_one(proxy, lambda: store.save("retried", [*messages, agent.Message.user("more")]))
     assert direct.messages("retried") == [*messages, agent.Message.user("more")]
-    _lose_one(proxy, lambda: store.fork("retried", "retried-fork", at=2))  # no conflict with itself
+    read = store._fork_preview  # the fork's read of its preview goes through; its script's reply is lost
+
+    def then_lose(*args: Any) -> Any:
+        found = read(*args)
+        proxy.lose_next_reply()
+        return found
+
+    monkeypatch.setattr(store, "_fork_preview", then_lose)
+    lost = proxy.lost
+    store.fork("retried", "retried-fork", at=2)  # no conflict with itself
+    assert proxy.lost == lost + 1
     assert direct.messages("retried-fork") == messages[:2]
+    assert direct.info("retried-fork").preview == messages[1].text
     claim = store.claim("retried", replica="r", lease=30)
     store.add_steer("retried", "late")
     kept = _lose_one(proxy, lambda: store.save_run(claim, messages, end=agent.RunState.FINISHED, unless_steered=True))

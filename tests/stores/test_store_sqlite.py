@@ -67,6 +67,16 @@ def test_a_save_writes_only_the_new_messages(tmp_path: Path) -> None:
     check_replicas_notice_each_other(store, lambda: sqlite.open(path), "s", messages)
 
 
+def test_a_malformed_row_is_a_format_error_naming_the_session_and_the_message(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.db"
+    sqlite.open(path).save("s-1", [agent.Message.user(f"m{i}") for i in range(3)])
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        row = '{"v":4,"role":"user","content":[{"type":"text","text":"a","covers":2}]}'
+        db.execute("UPDATE agentsessions_messages SET body = ? WHERE position = 1", (row,))
+    with pytest.raises(agent.FormatError, match=r"^session 's-1' message 1: .*a text block has no covers"):
+        sqlite.open(path).messages("s-1")
+
+
 def test_a_file_that_cannot_be_opened_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(agent.StoreError, match="could not create the tables"):
         sqlite.open(tmp_path)  # a directory

@@ -25,12 +25,13 @@ import secrets
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeAlias, TypeVar
 
 import attrs
 
-from agentsessions.codec import dump_message, load_message
+from agentsessions.codec import dump_message, load_messages
+from agentsessions.errors import FormatError
 from agentsessions.messages import Message, check_transcript, transcript_list
 from agentsessions.session import check_session_id
 
@@ -161,14 +162,18 @@ class KnownSessions:
         """Drop what was seen of ``session_id`` (after a failed write, when the stored state is unknown)."""
         self._memory.forget(session_id)
 
-    def read(self, session_id: str, revision: int | None, bodies: Iterable[str | bytes]) -> list[Message]:
+    def read(self, session_id: str, revision: int | None, bodies: Sequence[str | bytes]) -> list[Message]:
         """A transcript read back: ``bodies`` decoded, and remembered under ``revision``.
 
         ``revision`` and ``bodies`` must come from one read (one transaction), so the
         messages are the ones stored at that revision; ``None`` means the session has no
-        record, and nothing is remembered.
+        record, and nothing is remembered. A row that cannot be read is a :class:`FormatError`
+        naming the session and the message's position.
         """
-        messages = [load_message(body) for body in bodies]
+        try:
+            messages = load_messages(bodies)
+        except FormatError as error:
+            raise FormatError(f"session {session_id!r:.80} {error}") from error
         if revision is not None:
             self.remember(session_id, revision, messages)
         return messages

@@ -65,7 +65,7 @@ except ImportError as error:  # pragma: no cover - depends on what is installed
     raise ImportError("agentsessions.stores.mongodb needs pymongo: pip install agentsessions[mongodb]") from error
 
 from agentsessions.approvals import Approval, Decision, pending_error
-from agentsessions.codec import encode_text, load_message
+from agentsessions.codec import encode_text
 from agentsessions.errors import ConflictError, SchemaMissingError, StoreError
 from agentsessions.messages import Message
 from agentsessions.metadata import check_metadata, metadata_filter, pair_texts
@@ -119,6 +119,7 @@ from agentsessions.stores.mongodb._layout import (
     moment,
     next_state,
     parse_state,
+    preview_of,
     renewals,
     revision_is,
     sort_key,
@@ -135,6 +136,7 @@ from agentsessions.stores.mongodb._schema import (
     read_version,
     record_new,
 )
+from agentsessions.usage import Usage
 
 __all__ = [
     "COUNTERS",
@@ -181,7 +183,8 @@ PAGE_SIZE = 500
 #   session: {_id, sort (the id's bytes in hex), revision, length, segments: [{epoch, start}],
 #             garbage: [{epoch, start}], updated_at, run_state, token, holder, lease,
 #             lease_expires_at, cancel_requested, steers: [{seq, text: Binary}], steer_seq,
-#             steer_bytes, steer_keys: [{k: Binary key, d: Binary SHA-256 of the text}]};
+#             steer_bytes, steer_keys: [{k: Binary key, d: Binary SHA-256 of the text}],
+#             preview (str, or Binary as ids are), usage (kit.summary's text)};
 #             absent fields are null, 0, false or empty
 #   message: {session_id, epoch, position, body}, and when split, `chunks` on the first
 #            piece and `chunk` (1, 2...) on the others
@@ -197,7 +200,8 @@ PAGE_SIZE = 500
 #   save        find_one session; insert_many new messages; update_one session where the
 #               revision is still the one read (the commit); delete_many the garbage
 #   save_run    the same, the commit also conditional on the token (and, to release,
-#               on no steer having arrived), pulling the taken steers
+#               on no steer having arrived; with usage, on the usage text read), pulling the
+#               taken steers and setting the usage folded
 #   messages    find_one session; find the messages of each run; find_one session again
 #   add_steer   find_one_and_update session (a pipeline: push the steer, count it, and keep
 #               its key, the filter requiring the key new); when nothing matched, find_one
@@ -210,13 +214,16 @@ PAGE_SIZE = 500
 #               (the commit); bulk_write a delete_many per epoch it named
 #   fork        find_one source and new session; per run of the source's segments, an
 #               aggregate ending in $merge; find_one source again; insert_one new session
-#               (the commit). If a save raced it: delete_many the copies it outdated, copy again
+#               (the commit). If a save raced it: delete_many the copies it outdated, copy again.
+#               Before the commit, find the copies from the last back until one has text (the preview)
 
-_RUN_FIELDS = {**STATE_FIELDS, "token": 1, "run_state": 1, "cancel_requested": 1, "steers": 1, "steer_seq": 1}
+# `usage`: a save_run with the run's usage folds it into the text it read, in its commit.
+_RUN_FIELDS = dict.fromkeys(("token", "run_state", "cancel_requested", "steers", "steer_seq", "usage"), 1)
+_RUN_FIELDS |= STATE_FIELDS
 _INFO_FIELDS = dict.fromkeys(
     (
         *("sort", "length", "updated_at", "run_state", "holder", "lease_expires_at", "cancel_requested"),
-        *("steers.seq", "pending_approvals", "approval_deadline", "metadata"),
+        *("steers.seq", "pending_approvals", "approval_deadline", "metadata", "usage", "preview"),
     ),
     1,
 )  # steers.seq: their count without their text
@@ -291,10 +298,9 @@ class MongoStore:
                 state = parse_state(self._sessions.find_one({"_id": stored}, STATE_FIELDS))
                 if state is None:
                     return []
-                loaded = self._read(stored, state)
-                if loaded is not None:
-                    self._known.remember(session_id, state.revision, loaded)
-                    return loaded
+                bodies = self._bodies(stored, state)
+                if bodies is not None:  # else a save deleted some of them meanwhile: read again
+                    return self._known.read(session_id, state.revision, bodies)
         raise self._gave_up("read the transcript", session_id, "saves kept changing it while it was read")
 
     def add_steer(self, session_id: str, text: str, *, key: str | None = None, if_busy: str = "steer") -> RunState:
@@ -478,7 +484,8 @@ class MongoStore:
         """Copy the first ``at`` messages (all when ``None``) into a new session, idle with no steers.
 
         The server copies the message documents under a fresh epoch of ``new_id``, where no
-        reader looks; inserting the new session document commits the fork. What a save of
+        reader looks; inserting the new session document, with the preview read back from the
+        copies and no usage, commits the fork. What a save of
         the source deletes meanwhile is copied again. Raises :class:`ConflictError` if ``new_id``
         has a document (a transcript, steers or a run), ``ValueError`` for an ``at``
         outside ``0..length``.
@@ -497,8 +504,9 @@ class MongoStore:
             if made is None:
                 raise self._gave_up("fork the transcript", session_id, "saves kept changing it while it was copied")
             epoch, length = made
+            preview = copies.preview(epoch, length)  # its messages' preview, read back from what was copied
             try:
-                self._sessions.insert_one(forked(target, new_id, length, epoch, micros(utcnow())))
+                self._sessions.insert_one(forked(target, new_id, length, epoch, micros(utcnow()), preview))
             except DuplicateKeyError:  # created since the check: by a save, a steer, a claim or a fork
                 copies.drop(epoch)
                 raise taken(new_id) from None
@@ -591,9 +599,14 @@ class MongoStore:
         taken: Sequence[int] = (),
         end: RunState | None = None,
         unless_steered: bool = False,
+        usage: Usage | None = None,
     ) -> Progress:
-        """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``."""
-        call = arguments.save_run(claim, taken, end, unless_steered)
+        """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``.
+
+        With ``usage`` (the run's tokens so far) the commit also replaces the session's usage
+        text, on condition that it is still the one read: the fold is part of the compare-and-set.
+        """
+        call = arguments.save_run(claim, taken, end, unless_steered, usage)
         plan, gone, end = plan_save(self._known, claim.session_id, messages, claim), frozenset(call.taken), call.end
         stored = key(claim.session_id)
         with self._errors("save the transcript", claim.session_id):
@@ -601,7 +614,7 @@ class MongoStore:
                 doc = self._sessions.find_one({"_id": stored}, _RUN_FIELDS)
                 if doc is None or doc.get("token") != claim.token or doc.get("run_state") != RUNNING:
                     raise superseded(claim)
-                step = RunStep.of(doc, claim, gone, end, call.unless_steered)
+                step = RunStep.of(doc, claim, gone, end, call.unless_steered, call.usage)
                 revision = self._try_save(plan, stored, parse_state(doc), step)
                 if revision is not None:
                     self._known.remember(claim.session_id, revision, plan.messages, None if step.released else claim)
@@ -680,7 +693,7 @@ class MongoStore:
         """
         now = micros(utcnow())
         where = {"_id": key(plan.session_id), **revision_is(old)}
-        update: dict[str, Any] = {"$set": new.document(now)}
+        update: dict[str, Any] = {"$set": {**new.document(now), "preview": preview_of(plan.messages)}}
         if gate is not None:
             condition, fields = gate
             return self._sessions.update_one(where | condition, {"$set": update["$set"] | fields}).matched_count == 1
@@ -691,7 +704,7 @@ class MongoStore:
             except DuplicateKeyError:
                 return False  # another writer created it between our read and this write
             return result.matched_count == 1 or result.upserted_id is not None
-        update["$set"] |= {"lease_expires_at": now + lease_micros(run.lease), **run.released}
+        update["$set"] |= {"lease_expires_at": now + lease_micros(run.lease), **run.fields}
         return self._sessions.update_one(where | run.condition, update | run.operators).matched_count == 1
 
     def _collect(self, stored: object, garbage: tuple[tuple[int, int], ...]) -> None:
@@ -701,11 +714,6 @@ class MongoStore:
         # document lists the garbage, and the next save deletes it.
         with suppress(PyMongoError):
             self._messages.bulk_write([DeleteMany(in_run(stored, e, start)) for e, start in garbage], ordered=False)
-
-    def _read(self, stored: object, state: State) -> list[Message] | None:
-        """The messages ``state`` names, or ``None`` if a save deleted some of them meanwhile."""
-        bodies = self._bodies(stored, state)
-        return None if bodies is None else [load_message(body) for body in bodies]
 
     def _bodies(self, stored: object, state: State) -> list[str | bytes] | None:
         """The stored bodies of the messages ``state`` names, or ``None`` if a save deleted some of them meanwhile."""

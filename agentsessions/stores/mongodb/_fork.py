@@ -3,13 +3,15 @@
 The server copies them: one aggregation per run of the source's segments, ``$match`` on
 the run, ``$set`` of the new session id and epoch, ``$merge`` back into the messages
 collection (``$merge`` into the collection it reads needs MongoDB 4.4). No message body
-passes through this process. The copies go under a fresh epoch of the new session, where
-no reader looks until the new session document names it; that insert is the commit, and
-the caller's.
+passes through this process but those the new session's preview is taken from: the copies
+are read back from the last until one has text. The copies go under a fresh epoch of the
+new session, where no reader looks until the new session document names it; that insert is
+the commit, and the caller's.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from contextlib import suppress
 from typing import Any
@@ -18,12 +20,15 @@ import attrs
 from pymongo.collection import Collection
 from pymongo.errors import PyMongoError
 
+from agentsessions.codec import load_message
 from agentsessions.errors import ConflictError
 from agentsessions.session import check_fork_at
 from agentsessions.stores.kit.incremental import new_revision
-from agentsessions.stores.mongodb._layout import STATE_FIELDS, State, in_run, parse_state, sort_key
+from agentsessions.stores.mongodb._layout import STATE_FIELDS, State, in_run, parse_state, preview_of, sort_key
 
 Documents = Collection[dict[str, Any]]
+_PIECE_FIELDS = {"_id": 0, "position": 1, "chunk": 1, "body": 1}
+_WINDOW = 8  # positions read back per query for the preview: mostly the last message has text
 
 
 def copy_pipeline(collection: str, source: object, run: tuple[int, int, int], target: object, epoch: int) -> list[Any]:
@@ -40,9 +45,10 @@ def copy_pipeline(collection: str, source: object, run: tuple[int, int, int], ta
     ]
 
 
-def forked(key: object, session_id: str, length: int, epoch: int, now: int) -> dict[str, Any]:
-    """The session document a fork commits: ``length`` messages, all under ``epoch``; idle, no steers."""
-    return {"_id": key, "sort": sort_key(session_id), **State(new_revision(), length, ((epoch, 0),)).document(now)}
+def forked(key: object, session_id: str, length: int, epoch: int, now: int, preview: object) -> dict[str, Any]:
+    """The session document a fork commits: ``length`` messages, all under ``epoch``; idle, no steers, no usage."""
+    state = State(new_revision(), length, ((epoch, 0),))
+    return {"_id": key, "sort": sort_key(session_id), **state.document(now), "preview": preview}
 
 
 def taken(new_id: str) -> ConflictError:
@@ -92,6 +98,23 @@ class PrefixCopy:
             raise
         self.drop(epoch)
         return None
+
+    def preview(self, epoch: int, length: int) -> object:
+        """The preview of the ``length`` copies under ``epoch`` (:func:`~._layout.preview_of`), read from the last back.
+
+        A window of positions at a time, each one indexed range query (a sort of the whole
+        epoch backwards is a scan and a sort on some servers). Only this fork writes under its
+        fresh epoch, so what is read is what it copied.
+        """
+        for end in range(length, 0, -_WINDOW):
+            docs = list(self.messages.find(in_run(self.target, epoch, max(end - _WINDOW, 0), end), _PIECE_FIELDS))
+            docs.sort(key=lambda doc: (doc["position"], doc.get("chunk", 0)))
+            for _, pieces in itertools.groupby(reversed(docs), key=lambda doc: doc["position"]):
+                parts = [piece["body"] for piece in reversed(list(pieces))]  # first piece first
+                message = load_message(parts[0] if len(parts) == 1 else b"".join(bytes(part) for part in parts))
+                if message.text:
+                    return preview_of([message])
+        return preview_of([])
 
     def _copy(self, run: tuple[int, int, int], epoch: int) -> None:
         self.messages.aggregate(copy_pipeline(self.messages.name, self.source, run, self.target, epoch))

@@ -24,10 +24,13 @@ from pymongo import UpdateOne
 
 from agentsessions.codec import decode_text, dump_message, encode_text
 from agentsessions.errors import StoreError
+from agentsessions.messages import Message
 from agentsessions.metadata import from_pair_texts
 from agentsessions.runs import Claim, Progress, RunState, SessionInfo, Steer, derive_state
 from agentsessions.stores.kit import values
 from agentsessions.stores.kit.incremental import SavePlan, new_revision
+from agentsessions.stores.kit.summary import fold_usage, preview, stored_usage
+from agentsessions.usage import Usage
 
 MAX_SEGMENTS = 16  # past this many, a save rewrites the transcript under one epoch
 CHUNK_BYTES = 15 * 1024 * 1024  # under BSON's 16 MiB with room for the other fields
@@ -176,6 +179,11 @@ def text_of(stored: str | bytes) -> str:
     return stored if isinstance(stored, str) else decode_text(stored)
 
 
+def preview_of(messages: Sequence[Message]) -> str | Binary:
+    """The transcript's preview as a session document keeps it: stored as :func:`key` stores an id."""
+    return key(preview(messages))  # a Binary only when it holds lone surrogates, which BSON strings cannot
+
+
 def sort_key(session_id: str) -> str:
     """The id's bytes in hex: ids that compare as bytes, across str and Binary keys.
 
@@ -233,7 +241,9 @@ class RunStep:
     Each condition keeps what it returns true at the commit: the claim still holds; the
     steers it pulls are there (so ``steer_bytes`` drops by exactly theirs); the cancel
     flag it reports is unchanged; to release only if no steer waits, no steer came
-    (``steer_seq``); and to report the waiting ones, each is still there. A steer that
+    (``steer_seq``); and to report the waiting ones, each is still there. With the run's
+    usage, the ``usage`` text read is still the one stored, and ``fields`` sets it folded
+    (:func:`~agentsessions.stores.kit.summary.fold_usage`): a compare-and-set. A steer that
     arrives after the read does not stop a step that reports: the run takes it at its next
     collection. Only a release must see every steer, so steady steering cannot keep a run
     from ending its step (its release fails once, and the next attempt reports them).
@@ -242,12 +252,23 @@ class RunStep:
     lease: float
     condition: dict[str, Any]
     operators: dict[str, Any]
-    released: dict[str, Any]
+    fields: dict[str, Any]  # set beside the transcript: the release's state, the folded usage
     progress: Progress
+
+    @property
+    def released(self) -> bool:
+        """Whether the commit ends the run (sets its state)."""
+        return "run_state" in self.fields
 
     @classmethod
     def of(
-        cls, doc: Mapping[str, Any], claim: Claim, taken: frozenset[int], end: RunState | None, unless_steered: bool
+        cls,
+        doc: Mapping[str, Any],
+        claim: Claim,
+        taken: frozenset[int],
+        end: RunState | None,
+        unless_steered: bool,
+        usage: Usage | None = None,
     ) -> RunStep:
         """The step for a run holding ``claim`` that read ``doc`` (the arguments as save_run got them)."""
         steers = sorted(doc.get("steers", ()), key=lambda s: int(s["seq"]))
@@ -264,14 +285,18 @@ class RunStep:
         if not release:
             condition["cancel_requested"] = True if cancel else {"$ne": True}
         operators: dict[str, Any] = {}
+        fields: dict[str, Any] = {}
+        if usage is not None:
+            condition["usage"] = doc.get("usage")  # None matches a document without one, as read
+            fields["usage"] = fold_usage(doc.get("usage"), claim.token, usage)
         if pulled:
             operators["$pull"] = {"steers": {"seq": {"$in": [s["seq"] for s in pulled]}}}
             operators["$inc"] = {"steer_bytes": -sum(len(s["text"]) + STEER_OVERHEAD for s in pulled)}
         if end is not None and release:
-            released = {"run_state": end.value, "cancel_requested": False}
-            return cls(claim.lease, condition, operators, released, Progress())
+            fields |= {"run_state": end.value, "cancel_requested": False}
+            return cls(claim.lease, condition, operators, fields, Progress())
         pending = tuple(_steer(s) for s in waiting) if end is not None else ()
-        return cls(claim.lease, condition, operators, {}, Progress(cancel, pending))
+        return cls(claim.lease, condition, operators, fields, Progress(cancel, pending))
 
 
 def steer_pipeline(
@@ -379,6 +404,9 @@ def info_of(session_id: str, doc: Mapping[str, Any], now: datetime.datetime) -> 
         # do: a dot or a leading $ means something there).
         metadata=from_pair_texts(doc.get("metadata", ())),
         approval_deadline=moment(doc.get("approval_deadline")) if state is RunState.WAITING else None,
+        # Both absent until the session's first save under version 6.
+        usage=stored_usage(doc.get("usage")),
+        preview=text_of(doc.get("preview") or ""),
     )
 
 

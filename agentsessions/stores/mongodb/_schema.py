@@ -12,7 +12,10 @@ Version 2 (steer keys) keeps a session's keys in its own document (``steer_keys`
 one update checks and extends with the steer it guards, and version 3 (approvals) a wait's
 calls and decisions (``approvals``, ``pending_approvals``, run state ``waiting``): a document
 without those fields holds none, so those steps only record the version. Version 4 (session
-metadata) adds the multikey index ``agentsessions_sessions_metadata``, built by its step. A migration
+metadata) adds the multikey index ``agentsessions_sessions_metadata``, built by its step. Versions 5
+(steers queued for the next run: a steer's ``after``) and 6 (a session's ``usage`` and ``preview``,
+set by its saves) add fields a document without them reads as absent: they only record the version;
+a session saved before version 6 lists an empty preview and no usage until its next save. A migration
 runs under a lock document in the same collection, with an expiry that the migrator renews
 while it holds it: replicas starting ``agentsessions migrate`` at once apply each step once,
 and one killed while holding it blocks the others for one lease at most.
@@ -45,9 +48,9 @@ __all__ = [
     "record_new",
 ]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The version of the indexes and document layout this release writes and needs (2: steer keys; 3: approvals;
-4: session metadata; 5: steers queued for the next run)."""
+4: session metadata; 5: steers queued for the next run; 6: usage and preview)."""
 
 LOCK_LEASE = 10.0
 """Seconds a migration's lock document lasts unless renewed (a third of it apart while held)."""
@@ -77,16 +80,20 @@ MIGRATIONS: dict[int, list[dict[str, Any]]] = {
         }
     ],
     4: [],
+    5: [],
 }
 """From a version to the commands (``db.runCommand`` documents) that bring it to the next, before the one
 recording the version, each idempotent (creating an index that exists alike does nothing); never run by
-the library on its own. Steer keys and approvals live in the session document: nothing to create."""
+the library on its own. Steer keys, approvals, queued steers, usage and preview live in the session document:
+nothing to create."""
 
 _SUMMARIES = {
     1: "steer keys (field steer_keys of the session document, no index): records version 2",
     2: "approvals (fields of the session document, no index): records version 3",
     3: "session metadata (index agentsessions_sessions_metadata)",
     4: "steers queued for the next run (field after of a steer in the session document, no index): records version 5",
+    5: "each session's preview and usage (fields preview and usage of the session document, no index): "
+    "records version 6",
 }
 _CREATE = "create the indexes (agentsessions.stores.mongodb.INDEXES) and record this version"
 

@@ -59,6 +59,7 @@ from agentsessions.stores.kit.failures import could_not, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
 from agentsessions.stores.kit.prune import PruneFilter, check_prune, prune_listed
+from agentsessions.stores.kit.summary import fold_usage, preview, stored_usage
 from agentsessions.stores.mysql._errors import describe, duplicate_key, explain, lost, schema_missing
 from agentsessions.stores.mysql._schema import (
     APPROVALS,
@@ -71,6 +72,7 @@ from agentsessions.stores.mysql._schema import (
     MySQLMigrator,
     checked_version,
 )
+from agentsessions.usage import Usage
 
 __all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION", "MySQLMigrator", "MySQLStore", "migrator"]
 
@@ -97,6 +99,8 @@ SCHEMA = [
     lease            DOUBLE          NOT NULL DEFAULT 0,
     lease_expires_at DATETIME(6)     NULL,
     cancel_requested BOOLEAN         NOT NULL DEFAULT FALSE,
+    preview          BLOB            NULL,
+    `usage`          BLOB            NULL,
     KEY agentsessions_sessions_by_update (updated_at, id)
 ) ENGINE = InnoDB""",
     """CREATE TABLE IF NOT EXISTS agentsessions_messages (
@@ -138,7 +142,7 @@ _CREATE_SESSION = """
 INSERT INTO agentsessions_sessions (id, revision, length) VALUES (%s, %s, 0) ON DUPLICATE KEY UPDATE id = id
 """
 _LOCK_SESSION = """
-SELECT revision, length, token, run_state, cancel_requested, holder, lease_expires_at, UTC_TIMESTAMP(6)
+SELECT revision, length, token, run_state, cancel_requested, holder, lease_expires_at, UTC_TIMESTAMP(6), `usage`
 FROM agentsessions_sessions WHERE id = %s FOR UPDATE
 """
 # Locking statements name the primary key: on a small table the optimizer may pick a scan,
@@ -153,7 +157,7 @@ _SELECT_BODIES = """
 SELECT body FROM agentsessions_messages FORCE INDEX (PRIMARY) WHERE session_id = %s ORDER BY position
 """
 _UPDATE_SESSION = """
-UPDATE agentsessions_sessions SET revision = %s, length = %s, updated_at = UTC_TIMESTAMP(6) WHERE id = %s
+UPDATE agentsessions_sessions SET revision = %s, length = %s, updated_at = UTC_TIMESTAMP(6), preview = %s WHERE id = %s
 """
 # A save by the store object that saw the session last: one statement locks the record
 # and, only if the revision it knows is still stored (so are the rows it knows), sets the
@@ -161,14 +165,15 @@ UPDATE agentsessions_sessions SET revision = %s, length = %s, updated_at = UTC_T
 # lock wait, but only for a holder that changed no revision (a save would have): it still
 # follows the save that stored the known revision, which was done before this call began.
 _UPDATE_KNOWN = """
-UPDATE agentsessions_sessions SET revision = %s, length = %s, updated_at = UTC_TIMESTAMP(6)
+UPDATE agentsessions_sessions SET revision = %s, length = %s, updated_at = UTC_TIMESTAMP(6), preview = %s
 WHERE id = %s AND revision = %s
 """
 _LEASE_END = "UTC_TIMESTAMP(6) + INTERVAL ROUND({lease} * 1000000) MICROSECOND"
-# A run's save renews its lease; with an end (not NULL) it also releases the session.
+# A run's save renews its lease; with an end (not NULL) it also releases the session. The
+# usage is the one read under the record's lock, folded with the run's in Python.
 _UPDATE_RUN = f"""
 UPDATE agentsessions_sessions SET revision = %s, length = %s, updated_at = UTC_TIMESTAMP(6),
-    lease_expires_at = {_LEASE_END.format(lease="lease")},
+    preview = %s, `usage` = %s, lease_expires_at = {_LEASE_END.format(lease="lease")},
     run_state = COALESCE(%s, run_state), cancel_requested = cancel_requested AND %s IS NULL
 WHERE id = %s
 """
@@ -206,11 +211,19 @@ UPDATE agentsessions_sessions SET run_state = 'running', token = %s, holder = %s
 WHERE id = %s
 """
 _CANCEL = "UPDATE agentsessions_sessions SET cancel_requested = TRUE WHERE id = %s"
-# Record first, then what hangs off it: the order saves lock in, so the two never deadlock.
-_DELETE_SESSION = "DELETE s FROM agentsessions_sessions AS s FORCE INDEX (PRIMARY) WHERE s.id = %s"
-_DELETE_ALL_STEERS = "DELETE s FROM agentsessions_steers AS s FORCE INDEX (PRIMARY) WHERE s.session_id = %s"
-_DELETE_KEYS = "DELETE k FROM agentsessions_steer_keys AS k FORCE INDEX (PRIMARY) WHERE k.session_id = %s"
-_DELETE_APPROVALS = "DELETE a FROM agentsessions_approvals AS a FORCE INDEX (PRIMARY) WHERE a.session_id = %s"
+# What delete removes, for one session or a prune's whole batch: one statement a table, each
+# finding its rows by the primary key. Record first, then what hangs off it: the order saves
+# lock in, so the two never deadlock. The first four count towards "the session existed"; a
+# session with steer keys or approvals has its record.
+_DELETE_SESSIONS = (
+    "DELETE s FROM agentsessions_sessions AS s FORCE INDEX (PRIMARY) WHERE s.id IN ({ids})",
+    "DELETE s FROM agentsessions_steers AS s FORCE INDEX (PRIMARY) WHERE s.session_id IN ({ids})",
+    "DELETE m FROM agentsessions_messages AS m FORCE INDEX (PRIMARY) WHERE m.session_id IN ({ids})",
+    "DELETE x FROM agentsessions_metadata AS x FORCE INDEX (PRIMARY) WHERE x.session_id IN ({ids})",
+    "DELETE k FROM agentsessions_steer_keys AS k FORCE INDEX (PRIMARY) WHERE k.session_id IN ({ids})",
+    "DELETE a FROM agentsessions_approvals AS a FORCE INDEX (PRIMARY) WHERE a.session_id IN ({ids})",
+)
+_COUNTED = 4
 # Under the record's lock (_LOCK_SESSION), as every write of the session: a claim, a wait and
 # a decision queue up, so each decision reads the approvals the one before it left.
 _WAIT = "UPDATE agentsessions_sessions SET run_state = 'waiting', cancel_requested = FALSE WHERE id = %s"
@@ -231,9 +244,16 @@ _RENEW_REVISION = "UPDATE agentsessions_sessions SET revision = %s WHERE id = %s
 # waits for (save, save_run and delete lock the record first), so the rows it copies are the
 # ones that length counts. The copy's SELECT is a consistent read under READ COMMITTED: it
 # locks no message rows, and the server copies them without sending any to Python.
-_LOCK_SOURCE = "SELECT length FROM agentsessions_sessions WHERE id = %s LOCK IN SHARE MODE"
+_LOCK_SOURCE = "SELECT length, preview FROM agentsessions_sessions WHERE id = %s LOCK IN SHARE MODE"
 _FORK_SESSION = """
-INSERT INTO agentsessions_sessions (id, revision, length, updated_at) VALUES (%s, %s, %s, UTC_TIMESTAMP(6))
+INSERT INTO agentsessions_sessions (id, revision, length, updated_at, preview) VALUES (%s, %s, %s, UTC_TIMESTAMP(6), %s)
+"""
+# A fork of a prefix (or of a session saved before schema version 6) computes its preview from
+# the copied messages, read from the last in pages that double, from one, until one has text:
+# most often the first page, one message, ends it.
+_MESSAGES_BACK = """
+SELECT position, body FROM agentsessions_messages FORCE INDEX (PRIMARY)
+WHERE session_id = %s AND position < %s ORDER BY position DESC LIMIT %s
 """
 _COPY_MESSAGES = """
 INSERT INTO agentsessions_messages (session_id, position, body)
@@ -261,7 +281,8 @@ _INFO_COLUMNS = """s.id, s.length, s.updated_at, s.run_state, s.holder, s.lease_
     (SELECT a.pending FROM agentsessions_approvals AS a WHERE a.session_id = s.id),
     (SELECT CAST(JSON_OBJECTAGG(CONVERT(x.mkey USING utf8mb4), CONVERT(x.mvalue USING utf8mb4)) AS BINARY)
      FROM agentsessions_metadata AS x WHERE x.session_id = s.id),
-    (SELECT a.body FROM agentsessions_approvals AS a WHERE a.session_id = s.id AND a.pending > 0)"""
+    (SELECT a.body FROM agentsessions_approvals AS a WHERE a.session_id = s.id AND a.pending > 0),
+    s.preview, s.`usage`"""
 _INFO = f"SELECT {_INFO_COLUMNS} FROM agentsessions_sessions AS s WHERE s.id = %s"
 # A prune's batch read again, its records locked in id order (two prunes never deadlock).
 _LOCK_BATCH = f"""
@@ -309,12 +330,14 @@ class _Record:
     cancel_requested: bool
     holder: str | None
     lease_expires_at: datetime.datetime | None
+    usage: str | None  # kit.summary's text, as save_run folds it
 
     @classmethod
     def of(cls, row: tuple[Any, ...], session_id: str) -> _Record:
-        revision, length, token, stored, cancel, holder, expires, now = row
+        revision, length, token, stored, cancel, holder, expires, now, usage = row
         state = runs.derive_state(values.text(stored), values.utc(expires), values.utc(now), session_id)
-        return cls(revision, length, token, state, bool(cancel), values.text(holder), values.utc(expires))
+        holder, expires = values.text(holder), values.utc(expires)
+        return cls(revision, length, token, state, bool(cancel), holder, expires, values.text(usage))
 
     def holds(self, claim: Claim) -> bool:
         # A lapsed lease (STALLED) still holds until another claim takes the session over.
@@ -365,15 +388,15 @@ class MySQLStore:
         What is saved is remembered beside ``holder`` (a session handle), for as long as it lives.
         """
         plan = plan_save(self._known, session_id, messages, holder)
-        revision, key = new_revision(), encode_text(session_id)
+        revision, key, shown = new_revision(), encode_text(session_id), encode_text(preview(plan.messages))
         rows = _rows(plan, key, plan.shared)
         with self._transaction("save the transcript", session_id, payload=_largest(rows)) as cur:
-            if not _save_known(cur, plan, key, rows, revision):  # rare: another writer came between
+            if not _save_known(cur, plan, key, rows, revision, shown):  # rare: another writer came between
                 cur.execute(_CREATE_SESSION, (key, revision))
                 cur.execute(_LOCK_SESSION, (key,))
                 record = _Record.of(cur.fetchone(), session_id)
                 _write_transcript(cur, plan, key, rows, record)
-                cur.execute(_UPDATE_SESSION, (revision, len(plan.messages), key))
+                cur.execute(_UPDATE_SESSION, (revision, len(plan.messages), shown, key))
         self._known.remember(session_id, revision, plan.messages, holder)
 
     def messages(self, session_id: str) -> list[Message]:
@@ -488,7 +511,7 @@ class MySQLStore:
         """Remove record, steers and transcript in one transaction; ``True`` if the session existed."""
         key = encode_text(check_session_id(session_id))
         with self._transaction("delete the session", session_id) as cur:
-            found = _delete(cur, key)
+            found = _delete(cur, [key])
         self._known.forget(session_id)
         return found
 
@@ -506,12 +529,13 @@ class MySQLStore:
 
     def _prune_batch(self, ids: list[str], wanted: PruneFilter) -> int:
         # Each record is locked and read again in the transaction that deletes it: a claim that
-        # came first keeps its session, one that comes later waits and finds none.
+        # came first keeps its session, one that comes later waits and finds none. What still
+        # matches goes with one statement a table, its rows already locked.
         with self._transaction("prune the sessions", None) as cur:
             cur.execute(_LOCK_BATCH.format(ids=", ".join(["%s"] * len(ids))), [encode_text(i) for i in ids])
             gone = [info.id for info in map(_info, cur.fetchall()) if wanted.matches(info)]
-            for session_id in gone:
-                _delete(cur, encode_text(session_id))
+            if gone:
+                _delete(cur, [encode_text(session_id) for session_id in gone])
         for session_id in gone:
             self._known.forget(session_id)
         return len(gone)
@@ -538,10 +562,13 @@ class MySQLStore:
             check_fork_at(at, 0)  # a TypeError before any I/O; the range once the length is read
         with self._transaction(f"fork into session {new_id!r:.80}", session_id) as cur:
             cur.execute(_LOCK_SOURCE, (key,))
-            row = cur.fetchone()
-            length = check_fork_at(at, row[0] if row else 0)
+            length, shown = cur.fetchone() or (0, None)
+            whole, length = length, check_fork_at(at, length)
+            # A fork of the whole transcript has its source's preview: no message leaves the server.
+            if length < whole or shown is None:
+                shown = _forked_preview(cur, key, length)
             try:
-                cur.execute(_FORK_SESSION, (new_key, new_revision(), length))
+                cur.execute(_FORK_SESSION, (new_key, new_revision(), length, shown))
             except pymysql.err.IntegrityError as error:
                 if not duplicate_key(error):
                     raise
@@ -585,11 +612,15 @@ class MySQLStore:
         taken: Sequence[int] = (),
         end: RunState | None = None,
         unless_steered: bool = False,
+        usage: Usage | None = None,
     ) -> Progress:
-        """Save as the holder of ``claim`` in one transaction, deleting the ``taken`` steers; release with ``end``."""
-        call = arguments.save_run(claim, taken, end, unless_steered)
+        """Save as the holder of ``claim`` in one transaction, deleting the ``taken`` steers; release with ``end``.
+
+        With ``usage`` (the run's tokens so far) the record's usage, read under its lock, takes it.
+        """
+        call = arguments.save_run(claim, taken, end, unless_steered, usage)
         plan, end = plan_save(self._known, claim.session_id, messages, claim), call.end
-        revision, key = new_revision(), encode_text(claim.session_id)
+        revision, key, shown = new_revision(), encode_text(claim.session_id), encode_text(preview(plan.messages))
         rows = _rows(plan, key, plan.shared)
         with self._transaction("save the run", claim.session_id, payload=_largest(rows)) as cur:
             cur.execute(_LOCK_SESSION, (key,))
@@ -604,7 +635,9 @@ class MySQLStore:
                 cur.execute(_SELECT_STEERS, (key,))
                 pending = tuple(Steer(seq, decode_text(text), after) for seq, text, after in cur.fetchall())
             release = None if end is None or pending else end.value
-            cur.execute(_UPDATE_RUN, (revision, len(plan.messages), release, release, key))
+            used = record.usage if call.usage is None else fold_usage(record.usage, claim.token, call.usage)
+            written = None if used is None else used.encode("ascii")
+            cur.execute(_UPDATE_RUN, (revision, len(plan.messages), shown, written, release, release, key))
         self._known.remember(claim.session_id, revision, plan.messages, None if release else claim)
         return Progress() if release else Progress(record.cancel_requested, pending)
 
@@ -669,7 +702,7 @@ class MySQLStore:
                 row = cur.fetchone()
                 if row is None:
                     return None, None, None, runs.utcnow()
-                _, _, _, stored, _, _, expires, now = row
+                _, _, _, stored, _, _, expires, now, _ = row
                 return values.text(stored), values.utc(expires), _approvals(cur, key)[0], values.utc(now)
 
             def swap(old: str | None, new: str, pending: int) -> bool:
@@ -773,12 +806,15 @@ def _largest(rows: list[tuple[bytes, int, bytes]]) -> int:
     return max((len(body) for _, _, body in rows), default=0)
 
 
-def _save_known(cur: Any, plan: SavePlan, key: bytes, rows: list[tuple[bytes, int, bytes]], revision: int) -> bool:
+def _save_known(
+    cur: Any, plan: SavePlan, key: bytes, rows: list[tuple[bytes, int, bytes]], revision: int, shown: bytes
+) -> bool:
     """Save as the store object that saw the session last; ``False``, writing nothing, if it never saw it or another
     writer came since."""
-    if plan.known is None or not cur.execute(_UPDATE_KNOWN, (revision, len(plan.messages), key, plan.known.revision)):
+    known = plan.known
+    if known is None or not cur.execute(_UPDATE_KNOWN, (revision, len(plan.messages), shown, key, known.revision)):
         return False
-    if len(plan.known.messages) > plan.shared:  # rows it knows past the shared prefix
+    if len(known.messages) > plan.shared:  # rows it knows past the shared prefix
         cur.execute(_DELETE_MESSAGES_FROM, (key, plan.shared))
     if rows:
         cur.executemany(_INSERT_MESSAGE, rows)
@@ -804,6 +840,22 @@ def _write_transcript(
         cur.executemany(_INSERT_MESSAGE, rows)
 
 
+def _forked_preview(cur: Any, key: bytes, length: int) -> bytes:
+    """The preview of the session's first ``length`` messages, read from the last until one has text."""
+    page = 1
+    while True:
+        cur.execute(_MESSAGES_BACK, (key, length, page))
+        rows = cur.fetchall()
+        for position, body in rows:
+            shown = preview([load_message(body)])
+            if shown:
+                return encode_text(shown)
+            length = position
+        if len(rows) < page:
+            return b""
+        page *= 2
+
+
 def _new_key(cur: Any, key: bytes, session_id: str, steer_key: str, text: str) -> bool:
     """Keep ``steer_key`` for the session unless it holds it; ``False`` for a retry (see ``steerkeys.fresh``)."""
     encoded = encode_text(steer_key)
@@ -820,19 +872,16 @@ def _delete_steers(cur: Any, key: bytes, seqs: list[int]) -> None:
         cur.execute(_DELETE_STEERS.format(placeholders=", ".join(["%s"] * len(seqs))), [key, *seqs])
 
 
-def _delete(cur: Any, key: bytes) -> bool:
-    """What delete removes of the session ``key``, on ``cur``'s transaction; whether it existed."""
-    found: int = cur.execute(_DELETE_SESSION, (key,))
-    found += cur.execute(_DELETE_ALL_STEERS, (key,))
-    found += cur.execute(_DELETE_MESSAGES_FROM, (key, 0))
-    found += cur.execute(_DELETE_METADATA, (key,))
-    cur.execute(_DELETE_KEYS, (key,))  # not counted: a session with keys has its record
-    cur.execute(_DELETE_APPROVALS, (key,))  # not counted: a session with approvals has its record
-    return found > 0
+def _delete(cur: Any, keys: list[bytes]) -> bool:
+    """What delete removes of the sessions ``keys``, on ``cur``'s transaction; whether any of them existed."""
+    ids = ", ".join(["%s"] * len(keys))
+    counts: list[int] = [cur.execute(sql.format(ids=ids), keys) for sql in _DELETE_SESSIONS]
+    return sum(counts[:_COUNTED]) > 0
 
 
 def _info(row: tuple[Any, ...]) -> SessionInfo:
-    key, length, updated_at, stored, holder, expires, pending, cancel, now, undecided, metadata, waiting = row
+    key, length, updated_at, stored, holder, expires, pending, cancel, now, undecided, metadata, waiting = row[:12]
+    shown, used = row[12:]  # schema version 6: the preview and the usage text
     session_id = decode_text(key)
     state = runs.derive_state(values.text(stored), values.utc(expires), values.utc(now), session_id)
     holder, expires, updated_at = values.text(holder), values.utc(expires), values.utc(updated_at)
@@ -851,6 +900,8 @@ def _info(row: tuple[Any, ...]) -> SessionInfo:
         waits,
         load_metadata(metadata),
         deadline,
+        stored_usage(values.text(used)),
+        values.text(shown) or "",
     )
 
 

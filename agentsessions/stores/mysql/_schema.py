@@ -37,9 +37,9 @@ __all__ = [
     "unlock",
 ]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The version of the schema this release creates and needs (2: steer keys; 3: approvals; 4: session metadata;
-5: steers queued for the next run)."""
+5: steers queued for the next run; 6: each session's preview and usage)."""
 
 LOCK = "agentsessions migrate "
 """The start of the ``GET_LOCK`` name every migration takes; the rest is the SHA-1 of the database's name
@@ -100,17 +100,34 @@ def _record(version: int) -> str:
     )
 
 
+def _add_column(table: str, column: str, definition: str) -> list[str]:
+    """The statements adding ``column`` to ``table`` unless it is there: four, idempotent together.
+
+    MySQL has no ADD COLUMN IF NOT EXISTS (MariaDB has), so the statement is chosen by whether
+    the column is there, and run as a prepared statement.
+    """
+    return [
+        "SET @agentsessions_step = IF((SELECT COUNT(*) FROM information_schema.columns "
+        f"WHERE table_schema = DATABASE() AND table_name = '{table}' AND column_name = '{column}') = 0, "
+        f"'ALTER TABLE {table} ADD COLUMN `{column}` {definition}', 'DO 0')",
+        "PREPARE agentsessions_step FROM @agentsessions_step",
+        "EXECUTE agentsessions_step",
+        "DEALLOCATE PREPARE agentsessions_step",
+    ]
+
+
 # Version 5: a steer sent with if_busy="queue" or "interrupt" while a run held the session
-# carries that run's token: only a claim with a greater one takes it (0: any run). MySQL has
-# no ADD COLUMN IF NOT EXISTS (MariaDB has), so the statement is chosen by whether the column
-# is there, and run as a prepared statement: the four together are idempotent.
-_QUEUED = [
-    "SET @agentsessions_step = IF((SELECT COUNT(*) FROM information_schema.columns "
-    "WHERE table_schema = DATABASE() AND table_name = 'agentsessions_steers' AND column_name = 'after_token') = 0, "
-    "'ALTER TABLE agentsessions_steers ADD COLUMN after_token BIGINT UNSIGNED NOT NULL DEFAULT 0', 'DO 0')",
-    "PREPARE agentsessions_step FROM @agentsessions_step",
-    "EXECUTE agentsessions_step",
-    "DEALLOCATE PREPARE agentsessions_step",
+# carries that run's token: only a claim with a greater one takes it (0: any run).
+_QUEUED = _add_column("agentsessions_steers", "after_token", "BIGINT UNSIGNED NOT NULL DEFAULT 0")
+
+# Version 6: what a listing shows of a session's transcript, written by each save: the preview
+# of its last text (binary, as every text that may hold a lone surrogate) and the runs' usage
+# (kit.summary's ASCII JSON; `usage` is a reserved word, hence the quotes). NULL in a session
+# saved before: an empty preview and no usage until its next save. A nullable column added
+# last is an instant ALTER on MySQL 8.0 and MariaDB 10.3 and later: no table copy.
+_SUMMARY = [
+    *_add_column("agentsessions_sessions", "preview", "BLOB NULL"),
+    *_add_column("agentsessions_sessions", "usage", "BLOB NULL"),
 ]
 
 MIGRATIONS: dict[int, list[str]] = {
@@ -118,6 +135,7 @@ MIGRATIONS: dict[int, list[str]] = {
     2: [APPROVALS, _record(3)],
     3: [METADATA, _record(4)],
     4: [*_QUEUED, _record(5)],
+    5: [*_SUMMARY, _record(6)],
 }
 """From a version to the statements that bring it to the next, each idempotent on its own (MySQL commits
 DDL implicitly); never run by the library on its own."""
@@ -127,6 +145,7 @@ _SUMMARIES = {
     2: "approvals (table agentsessions_approvals)",
     3: "session metadata (table agentsessions_metadata, indexed by pair)",
     4: "steers queued for the next run (column agentsessions_steers.after_token)",
+    5: "each session's preview and usage (columns agentsessions_sessions.preview and usage)",
 }
 _CREATE = "create every table (agentsessions.stores.mysql.SCHEMA)"
 _NO_TABLE = 1146  # ER_NO_SUCH_TABLE

@@ -92,6 +92,7 @@ from agentsessions.stores.kit.failures import could_not, first_line, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
 from agentsessions.stores.kit.prune import PruneFilter, check_prune, prune_listed
+from agentsessions.stores.kit.summary import fold_usage, preview, stored_usage
 from agentsessions.stores.postgres._borrow import borrowed
 from agentsessions.stores.postgres._schema import (
     MIGRATIONS,
@@ -102,6 +103,7 @@ from agentsessions.stores.postgres._schema import (
     migrator,
 )
 from agentsessions.stores.postgres._watchdog import Watch, Watchdog, borrowing, checked
+from agentsessions.usage import Usage
 
 __all__ = [
     "CHECK_TIMEOUT",
@@ -120,6 +122,8 @@ PAGE_SIZE = 500
 CHECK_TIMEOUT = 5.0
 """Seconds :func:`check_connection` waits for an answer when no store call's deadline comes first."""
 
+_BACK = 16  # messages a fork reads back at a time for its preview: the last one has text, most often
+
 # Explicit BEGIN and COMMIT on an autocommit connection let a whole transaction travel in
 # one pipeline; psycopg's own transactions wait for BEGIN and COMMIT a round trip each.
 # READ COMMITTED because these statements rely on re-reading a row once its lock is released.
@@ -134,13 +138,15 @@ ON CONFLICT (id) DO UPDATE SET id = excluded.id
 RETURNING s.revision, s.length, s.run_state, s.lease_expires_at, clock_timestamp(), s.token, s.holder
 """
 _LOCK_EXISTING = "SELECT 1 FROM agentsessions_sessions WHERE id = %s FOR UPDATE"
-_LOCK_RUN = "SELECT revision, length, token, run_state FROM agentsessions_sessions WHERE id = %s FOR UPDATE"
+_LOCK_RUN = "SELECT revision, length, token, run_state, usage FROM agentsessions_sessions WHERE id = %s FOR UPDATE"
 _DELETE_MESSAGES_FROM = "DELETE FROM agentsessions_messages WHERE session_id = %s AND position >= %s"
 _INSERT_MESSAGE = "INSERT INTO agentsessions_messages (session_id, position, body) VALUES (%s, %s, %s)"
 _SELECT_BODIES = "SELECT body FROM agentsessions_messages WHERE session_id = %s ORDER BY position"
-# statement_timestamp() is read once per statement, after the record's lock was taken.
+# statement_timestamp() is read once per statement, after the record's lock was taken. Each
+# save writes the preview of the transcript it makes (kit.summary), in the same statement.
 _SAVED = """
-UPDATE agentsessions_sessions SET revision = %s, length = %s, updated_at = statement_timestamp() WHERE id = %s
+UPDATE agentsessions_sessions SET revision = %s, length = %s, updated_at = statement_timestamp(), preview = %s
+WHERE id = %s
 """
 # A save by the store object that saw the session last needs no answer before it writes:
 # these statements follow _LOCK_EXISTING in the same round trip, and write only if the
@@ -155,14 +161,17 @@ _INSERT_KNOWN = f"""
 INSERT INTO agentsessions_messages (session_id, position, body) SELECT %(id)s, %(position)s, %(body)s WHERE {_KNOWN}
 """
 _SAVED_KNOWN = """
-UPDATE agentsessions_sessions SET revision = %(revision)s, length = %(length)s, updated_at = statement_timestamp()
+UPDATE agentsessions_sessions
+SET revision = %(revision)s, length = %(length)s, updated_at = statement_timestamp(), preview = %(preview)s
 WHERE id = %(id)s AND revision = %(known)s
 """
 # One statement decides the release and reports the steers still waiting from one
 # snapshot; add_steer and take_steers lock the record first, so none can slip in between.
+# The usage is the one _LOCK_RUN read, folded with the run's (or left as read).
 _SAVED_RUN = """
 UPDATE agentsessions_sessions AS s
 SET revision = %(revision)s, length = %(length)s, updated_at = statement_timestamp(),
+    preview = %(preview)s, usage = %(usage)s,
     lease_expires_at = statement_timestamp() + s.lease * interval '1 second',
     run_state = CASE WHEN r.release THEN %(end)s ELSE s.run_state END,
     cancel_requested = s.cancel_requested AND NOT r.release
@@ -274,23 +283,41 @@ RETURNING s.token
 # the new record went in: not when `at` is past the end, nor when the id is taken (ON
 # CONFLICT waits for a transaction creating it, then does nothing: nothing to roll back).
 # least() skips a NULL `at` and, unlike coalesce(), is not folded into a constant that an
-# `at` past any integer would overflow while planning.
-_FORK = """
-WITH source AS (SELECT coalesce((SELECT length FROM agentsessions_sessions WHERE id = %(id)s), 0) AS length),
+# `at` past any integer would overflow while planning. A fork of the whole transcript takes
+# the source's preview (NULL for a session not saved since version 6: as the source shows
+# it); a prefix's is computed in Python from the last few rows copied, which come back
+# newest first, and is written before the same transaction commits.
+_FORK = f"""
+WITH source AS (
+    SELECT coalesce(s.length, 0) AS length, s.preview
+    FROM (VALUES (1)) AS one LEFT JOIN agentsessions_sessions AS s ON s.id = %(id)s
+),
 fork AS (
-    INSERT INTO agentsessions_sessions (id, revision, length, updated_at)
-    SELECT %(new)s, %(revision)s, least(%(at)s::numeric, source.length), statement_timestamp() FROM source
+    INSERT INTO agentsessions_sessions (id, revision, length, updated_at, preview)
+    SELECT %(new)s, %(revision)s, least(%(at)s::numeric, source.length), statement_timestamp(),
+           CASE WHEN %(at)s::numeric IS NULL OR %(at)s::numeric = source.length THEN source.preview END
+    FROM source
     WHERE %(at)s::numeric IS NULL OR %(at)s::numeric BETWEEN 0 AND source.length
     ON CONFLICT (id) DO NOTHING
-    RETURNING length
+    RETURNING length, preview
 ),
 copied AS (
     INSERT INTO agentsessions_messages (session_id, position, body)
     SELECT %(new)s, m.position, m.body FROM fork, agentsessions_messages AS m
     WHERE m.session_id = %(id)s AND m.position < fork.length
+    RETURNING position, body
 )
-SELECT source.length, EXISTS (SELECT 1 FROM fork) FROM source
+SELECT source.length, (SELECT length FROM fork), ARRAY(
+    SELECT body FROM copied WHERE %(at)s::numeric IS NOT NULL AND (SELECT preview FROM fork) IS NULL
+    ORDER BY position DESC LIMIT {_BACK}
+) FROM source
 """
+# Further back, for a prefix whose last rows copied held no text: the rows before a position, newest first.
+_BODIES_BACK = f"""
+SELECT body FROM agentsessions_messages WHERE session_id = %s AND position < %s
+ORDER BY position DESC LIMIT {_BACK}
+"""
+_SET_PREVIEW = "UPDATE agentsessions_sessions SET preview = %s WHERE id = %s"
 # The record the claim is about to change, locked until it has: a claim that succeeds where
 # it found 'running' ended a lapsed lease (RETURNING sees only the new row).
 _PRIOR = "SELECT run_state FROM agentsessions_sessions WHERE id = %s FOR UPDATE"
@@ -316,7 +343,8 @@ _RECORD = """s.id, s.length, s.updated_at, s.run_state, s.holder, s.lease_expire
        (SELECT count(*) FROM agentsessions_steers AS t WHERE t.session_id = s.id), statement_timestamp(),
        (SELECT a.pending FROM agentsessions_approvals AS a WHERE a.session_id = s.id),
        (SELECT json_object_agg(m.mkey, m.mvalue) FROM agentsessions_metadata AS m WHERE m.session_id = s.id),
-       (SELECT a.body FROM agentsessions_approvals AS a WHERE a.session_id = s.id AND a.pending > 0)"""
+       (SELECT a.body FROM agentsessions_approvals AS a WHERE a.session_id = s.id AND a.pending > 0),
+       s.preview, s.usage"""
 # One pair of sessions(metadata=...): the session ids the pair's index gives.
 _HOLDS_PAIR = " AND s.id IN (SELECT session_id FROM agentsessions_metadata WHERE mkey = %(k{n})s AND mvalue = %(v{n})s)"
 _INFO = f"SELECT {_RECORD} FROM agentsessions_sessions AS s WHERE s.id = %(id)s"
@@ -351,9 +379,9 @@ class PostgresStore:
     The store opens no connection of its own and never closes the pool. ``timeout`` bounds
     every call, in seconds: waiting for a connection, for another writer's lock on the
     same session, and for the server to answer. Each call is one pipelined transaction:
-    one round trip, two when a write must first read the record it locked (a save_run, or
-    a save of a session this store object never saw; three if another writer saved it
-    since this store object last saw it). A save of stored messages this store object does
+    one round trip, two when a write must first read the record it locked (a save_run, a
+    fork of a prefix, or a save of a session this store object never saw; three if another
+    writer saved it since this store object last saw it). A save of stored messages this store object does
     not remember reads them under the lock, one round trip more, and writes only the rows
     that differ.
     """
@@ -395,16 +423,16 @@ class PostgresStore:
         What is saved is remembered beside ``holder`` (a session handle), for as long as it lives.
         """
         plan = plan_save(self._known, session_id, messages, holder)
-        revision, key = new_revision(), encode_text(session_id)
+        revision, key, shown = new_revision(), encode_text(session_id), encode_text(preview(plan.messages))
         with self._connection("save the transcript", session_id) as (conn, watch):
             # Another writer coming between is rare: then the first transaction wrote
             # nothing, and a second one, as for a session this store never saw, writes all.
-            if not _save_known(conn, watch, key, plan, revision):
+            if not _save_known(conn, watch, key, plan, revision, shown):
                 with _pipelined(conn, watch):
                     stored = _cursor(conn).execute(_LOCK_SESSION, (key, revision)).fetchone()
                     assert stored is not None  # RETURNING always gives the one record
                     _write_messages(conn, key, plan, stored[0], stored[1])
-                    conn.execute(_SAVED, (revision, len(plan.messages), key))
+                    conn.execute(_SAVED, (revision, len(plan.messages), shown, key))
         self._known.remember(session_id, revision, plan.messages, holder)
 
     def messages(self, session_id: str) -> list[Message]:
@@ -543,15 +571,26 @@ class PostgresStore:
         return cur.rowcount > 0
 
     def fork(self, session_id: str, new_id: str, *, at: int | None = None) -> None:
-        """Copy the first ``at`` messages into a new, idle session with no steers: one statement, one round trip."""
+        """Copy the first ``at`` messages into a new, idle session with no steers, in one transaction.
+
+        One statement copies the rows: one round trip for the whole transcript, which takes the
+        source's preview. A prefix's preview is computed from its last few rows, which the
+        statement returns, and written with the commit: two round trips (more only for a
+        prefix whose last messages hold no text).
+        """
         key, new_key = encode_text(check_session_id(session_id)), encode_text(check_session_id(new_id))
         with suppress(ValueError):
             check_fork_at(at, 0)  # a TypeError before any I/O; the range once the length is read
         params = {"id": key, "new": new_key, "revision": new_revision(), "at": at}
         with self._transaction("fork", session_id) as conn:
             cur = _cursor(conn).execute(_FORK, params)
-        length, forked = _one(cur)
-        if not forked:
+            row = None if at is None else _one(cur)  # a whole copy took the source's preview: nothing to wait for
+            if row is not None and row[1] is not None:
+                shown = _forked_preview(conn, new_key, row[1], row[2])
+                if shown:
+                    conn.execute(_SET_PREVIEW, (encode_text(shown), new_key))
+        length, copied, _ = row or _one(cur)
+        if copied is None:
             check_fork_at(at, length)  # the ValueError for an `at` past the end, nothing written
             raise ConflictError(f"cannot fork into session {new_id!r:.80}: it exists")
 
@@ -590,13 +629,19 @@ class PostgresStore:
         taken: Sequence[int] = (),
         end: RunState | None = None,
         unless_steered: bool = False,
+        usage: Usage | None = None,
     ) -> Progress:
-        """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``."""
-        call = arguments.save_run(claim, taken, end, unless_steered)
+        """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``.
+
+        With ``usage`` (the tokens the run has used so far) the record's usage takes it, read
+        and written under the record's lock in the same transaction.
+        """
+        call = arguments.save_run(claim, taken, end, unless_steered, usage)
         plan = plan_save(self._known, claim.session_id, messages, claim)
         ending, gone = call.end, call.taken
         revision, key = new_revision(), encode_text(claim.session_id)
         params = {"revision": revision, "length": len(plan.messages), "id": key, "unless": call.unless_steered}
+        params |= {"end": None if ending is None else ending.value, "preview": encode_text(preview(plan.messages))}
         with self._transaction("save the run", claim.session_id) as conn:
             row = _cursor(conn).execute(_LOCK_RUN, (key,)).fetchone()
             if row is None or row[2] != claim.token or row[3] != RunState.RUNNING:
@@ -604,7 +649,8 @@ class PostgresStore:
             if gone:
                 conn.execute(_DELETE_TAKEN, (key, gone))
             _write_messages(conn, key, plan, row[0], row[1])
-            saved = _cursor(conn).execute(_SAVED_RUN, {**params, "end": None if ending is None else ending.value})
+            used = row[4] if call.usage is None else fold_usage(row[4], claim.token, call.usage)
+            saved = _cursor(conn).execute(_SAVED_RUN, {**params, "usage": used})
         released, cancel_requested, seqs, texts, afters = _one(saved)
         self._known.remember(claim.session_id, revision, plan.messages, None if released else claim)
         if released:
@@ -807,7 +853,7 @@ def _cursor(conn: _Connection) -> psycopg.Cursor[tuple[Any, ...]]:
     return conn.cursor(row_factory=tuple_row)
 
 
-def _save_known(conn: _Connection, watch: Watch, key: bytes, plan: SavePlan, revision: int) -> bool:
+def _save_known(conn: _Connection, watch: Watch, key: bytes, plan: SavePlan, revision: int, shown: bytes) -> bool:
     """Save in one round trip as the store object that saw the session last; ``False``, writing nothing, if it never
     saw it (no round trip then) or another writer came since."""
     if plan.known is None:
@@ -820,7 +866,9 @@ def _save_known(conn: _Connection, watch: Watch, key: bytes, plan: SavePlan, rev
         rows = [{**known, "position": position, "body": body} for _, position, body in plan.rows(key, plan.shared)]
         if rows:
             conn.cursor().executemany(_INSERT_KNOWN, rows)
-        saved = conn.execute(_SAVED_KNOWN, {**known, "revision": revision, "length": len(plan.messages)})
+        saved = conn.execute(
+            _SAVED_KNOWN, {**known, "revision": revision, "length": len(plan.messages), "preview": shown}
+        )
     return saved.rowcount > 0
 
 
@@ -840,6 +888,17 @@ def _write_messages(conn: _Connection, key: bytes, plan: SavePlan, revision: int
         conn.cursor().executemany(_INSERT_MESSAGE, plan.rows(key, keep))
 
 
+def _forked_preview(conn: _Connection, key: bytes, length: int, bodies: list[str]) -> str:
+    """The preview of a fork of ``length`` messages, its last ``bodies`` (newest first) at hand; reads further back
+    while none has text."""
+    while True:
+        shown = next(filter(None, (preview([load_message(body)]) for body in bodies)), "")
+        length -= len(bodies)
+        if shown or not bodies or length <= 0:
+            return shown
+        bodies = [body for (body,) in _cursor(conn).execute(_BODIES_BACK, (key, length)).fetchall()]
+
+
 def _one(cur: psycopg.Cursor[tuple[Any, ...]]) -> tuple[Any, ...]:
     row = cur.fetchone()
     assert row is not None  # RETURNING or reading a record this transaction holds locked
@@ -847,7 +906,8 @@ def _one(cur: psycopg.Cursor[tuple[Any, ...]]) -> tuple[Any, ...]:
 
 
 def _info(row: tuple[Any, ...]) -> SessionInfo:
-    key, length, updated, run_state, holder, expires, cancel, pending, now, undecided, metadata, waiting = row
+    *record, shown, usage = row
+    key, length, updated, run_state, holder, expires, cancel, pending, now, undecided, metadata, waiting = record
     session_id = decode_text(key)
     state = derive_state(run_state, expires, now, session_id)
     waits = (undecided or 0) if state is RunState.WAITING else 0
@@ -864,6 +924,8 @@ def _info(row: tuple[Any, ...]) -> SessionInfo:
         waits,
         metadata or {},
         deadline_of(waiting, state is RunState.WAITING, session_id),
+        stored_usage(usage),
+        values.text(shown) or "",
     )
 
 

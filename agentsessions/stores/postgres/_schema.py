@@ -35,9 +35,9 @@ __all__ = [
     "read_version",
 ]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The version of the schema this release creates and needs (2: steer keys; 3: approvals; 4: session metadata;
-5: steers queued for the next run)."""
+5: steers queued for the next run; 6: each session's preview and usage)."""
 
 LOCK = 0x6167_656E_7473_6573  # "agentses": the advisory lock every migration of any schema takes
 
@@ -98,6 +98,16 @@ CREATE INDEX IF NOT EXISTS agentsessions_metadata_by_pair ON agentsessions_metad
 # version-4 replica inserts steers without it, which the default makes steers for any run.
 _QUEUED = "ALTER TABLE agentsessions_steers ADD COLUMN IF NOT EXISTS after_token bigint NOT NULL DEFAULT 0"
 
+# Version 6: what a listing shows of a session's transcript, written by each save: the preview
+# of its last text (bytea, like every text that may hold a lone surrogate) and the runs' usage
+# (kit.summary's ASCII JSON, opaque here). NULL in a session saved before, or by a version-5
+# replica: an empty preview and no usage until its next save. Nullable columns without a
+# default: adding them rewrites no row, so the lock the ALTER takes is brief.
+_SUMMARY = (
+    "ALTER TABLE agentsessions_sessions ADD COLUMN IF NOT EXISTS preview bytea",
+    "ALTER TABLE agentsessions_sessions ADD COLUMN IF NOT EXISTS usage text",
+)
+
 # Ids, holders and steers are bytea of their UTF-8 (surrogates passed through): text
 # cannot hold NUL, and bytes compare exactly, so no collation can make `a` equal `A` or
 # `a `. Message bodies are codec JSON in text, never jsonb, which would reorder keys,
@@ -122,7 +132,9 @@ CREATE TABLE IF NOT EXISTS agentsessions_sessions (
     holder           bytea,
     lease            double precision NOT NULL DEFAULT 0,
     lease_expires_at timestamptz,
-    cancel_requested boolean          NOT NULL DEFAULT false
+    cancel_requested boolean          NOT NULL DEFAULT false,
+    preview          bytea,
+    usage            text
 );
 CREATE INDEX IF NOT EXISTS agentsessions_sessions_by_update ON agentsessions_sessions (updated_at, id);
 CREATE TABLE IF NOT EXISTS agentsessions_messages (
@@ -159,6 +171,7 @@ MIGRATIONS: dict[int, list[str]] = {
     2: [_APPROVALS.strip().rstrip(";"), *_WIDEN_STATES, _record(3)],
     3: [*(statement.strip() for statement in _METADATA.split(";") if statement.strip()), _record(4)],
     4: [_QUEUED, _record(5)],
+    5: [*_SUMMARY, _record(6)],
 }
 """From a version to the statements that bring it to the next, each idempotent; never run by the library on its own."""
 
@@ -167,6 +180,7 @@ _SUMMARIES = {
     2: "approvals (table agentsessions_approvals, run state 'waiting')",
     3: "session metadata (table agentsessions_metadata, indexed by pair)",
     4: "steers queued for the next run (column agentsessions_steers.after_token)",
+    5: "each session's preview and usage (columns agentsessions_sessions.preview and usage)",
 }
 
 _VERSION = f"SELECT max(version) FROM {VERSION_TABLE}"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import itertools
 import secrets
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -32,7 +33,7 @@ except ImportError as error:  # pragma: no cover - depends on what is installed
 
 from agentsessions.approvals import Approval, Decision, deadline, pending_error
 from agentsessions.codec import decode_text, dump_message, encode_text, load_message
-from agentsessions.errors import ConflictError
+from agentsessions.errors import ConflictError, FormatError, StoreError
 from agentsessions.messages import Message
 from agentsessions.metadata import check_metadata, from_pair_texts, metadata_filter, pair_texts
 from agentsessions.runs import (
@@ -58,6 +59,7 @@ from agentsessions.stores.kit.failures import could_not, translated
 from agentsessions.stores.kit.incremental import KnownSessions, SavePlan, new_revision, plan_save
 from agentsessions.stores.kit.listing import Page, pages
 from agentsessions.stores.kit.prune import PruneFilter, check_prune, prune_listed
+from agentsessions.stores.kit.summary import preview, stored_usage
 from agentsessions.stores.redis import _scripts as scripts
 from agentsessions.stores.redis._schema import (
     MIGRATIONS,
@@ -67,6 +69,7 @@ from agentsessions.stores.redis._schema import (
     checked_version,
     migrator,
 )
+from agentsessions.usage import Usage
 
 __all__ = ["MIGRATIONS", "PAGE_SIZE", "SCHEMA_VERSION", "RedisMigrator", "RedisStore", "migrator"]
 
@@ -76,6 +79,8 @@ PAGE_SIZE = 500
 _NEVER = b"0" * 16  # the index stamp of a record never saved
 _STAMP = 16  # digits of a stamp, and of a steer's seq
 _NONCE = 8  # bytes of a call's nonce (a steer's sits between its seq and its text)
+_WINDOW = 8  # messages a fork reads back at a time for its preview: mostly the last has text
+_FORK_TRIES = 100  # a fork's preview read, then the copy, while saves of the source change it
 
 
 class RedisStore:
@@ -173,7 +178,7 @@ class RedisStore:
         keys = [self._record(key), self._messages(key), self._index]
         with self._errors("save the transcript", session_id):
             for base, keep in self._bases(key, plan):
-                if self._save(keys, [key, *_tail(plan, base, keep, revision)]):
+                if self._save(keys, [key, _preview(plan.messages), *_tail(plan, base, keep, revision)]):
                     break
         self._known.remember(session_id, revision, plan.messages, holder)
 
@@ -219,7 +224,7 @@ class RedisStore:
         key = encode_text(check_session_id(session_id))
         with self._errors("read the record", session_id):
             pipe = self.client.pipeline(transaction=True)
-            pipe.hmget(self._record(key), ["u", "st", "h", "x", "c", "pa", "md", "ad"])
+            pipe.hmget(self._record(key), ["u", "st", "h", "x", "c", "pa", "md", "ad", "us", "pv"])
             pipe.llen(self._messages(key))
             pipe.zcard(self._steers(key))
             pipe.time()
@@ -315,18 +320,45 @@ class RedisStore:
     def fork(self, session_id: str, new_id: str, *, at: int | None = None) -> None:
         """Copy the first ``at`` messages into a new, idle session with no steers, in one script.
 
-        The messages are copied by the server; none comes to Python.
+        The messages are copied by the server. Those the new session's preview comes from
+        (the last, mostly) are read first with the source's revision, and the script copies
+        only if that revision is still stored, so the preview is that of what it copied.
         """
         key, new_key = encode_text(check_session_id(session_id)), encode_text(check_session_id(new_id))
         if isinstance(at, bool) or not isinstance(at, int | None):
             check_fork_at(at, 0)  # raises on its type; its range needs the length, which the script reads
-        keys = [self._messages(key), self._record(new_key), self._messages(new_key), self._index]
+        keys = [self._messages(key), self._record(new_key), self._messages(new_key), self._index, self._record(key)]
         with self._errors("fork", session_id):
-            outcome = self._fork(keys, [new_key, "" if at is None else at, new_revision()])
+            for _ in range(_FORK_TRIES):
+                revision, shown = self._fork_preview(key, at)
+                outcome = self._fork(keys, [new_key, "" if at is None else at, new_revision(), revision, shown])
+                if outcome[0] != -3:
+                    break
+            else:
+                raise StoreError(f"{could_not('Redis store', 'fork', session_id)}: saves kept changing it")
         if outcome[0] == -1:
             raise ConflictError(f"cannot fork into session {new_id!r:.80}: it exists")
         if outcome[0] == -2:
             check_fork_at(at, outcome[1])
+
+    def _fork_preview(self, key: bytes, at: int | None) -> tuple[bytes, bytes]:
+        """The source's revision (empty for none) and the preview of its first ``at`` messages (all for ``None``).
+
+        Read from the last message back, a window at a time; the first window in one
+        MULTI/EXEC with the revision, which the fork script checks again.
+        """
+        windows = _windows(at)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hget(self._record(key), "rev")
+        pipe.lrange(self._messages(key), *next(windows))
+        revision, bodies = pipe.execute()
+        while bodies:
+            found = preview([load_message(body) for body in bodies])
+            if found:
+                return revision or b"", encode_text(found)
+            window = next(windows, None)
+            bodies = [] if window is None else self.client.lrange(self._messages(key), *window)
+        return revision or b"", b""
 
     # --- Holding a run ---------------------------------------------------------------------
 
@@ -417,23 +449,29 @@ class RedisStore:
         taken: Sequence[int] = (),
         end: RunState | None = None,
         unless_steered: bool = False,
+        usage: Usage | None = None,
     ) -> Progress:
         """Save as the holder of ``claim``, deleting the ``taken`` steers; release with ``end``.
 
-        One script: the fencing check, the steers' deletion, the messages, the lease and the
-        release happen together or not at all.
+        One script: the fencing check, the steers' deletion, the messages, the preview, the
+        usage (``usage``, the run's tokens so far, folded into the stored text by the script),
+        the lease and the release happen together or not at all.
         """
-        call = arguments.save_run(claim, taken, end, unless_steered)
+        call = arguments.save_run(claim, taken, end, unless_steered, usage)
         plan = plan_save(self._known, claim.session_id, messages, claim)
         ending, seqs = call.end, call.taken
         key, revision = encode_text(claim.session_id), new_revision()
         keys = [self._record(key), self._messages(key), self._index, self._steers(key)]
-        head = [key, claim.token, ending.value if ending else "", int(call.unless_steered), len(seqs), *seqs]
+        head: list[Any] = [key, claim.token, ending.value if ending else "", int(call.unless_steered)]
+        head += [_preview(plan.messages), *_counts(call.usage), len(seqs), *seqs]
         with self._errors("save the run", claim.session_id):
             for base, keep in self._bases(key, plan):
                 outcome = self._save_run(keys, [*head, *_tail(plan, base, keep, revision)])
                 if outcome[0] != 0:
                     break
+        if outcome[0] == -2:
+            stored_usage(outcome[1].decode("utf-8", "replace"))  # raises the FormatError that names it
+            raise FormatError(f"session {claim.session_id!r:.80}'s stored usage is not one this version reads")
         if outcome[0] == -1:
             self._known.forget(claim.session_id)
             raise superseded(claim)
@@ -531,13 +569,34 @@ def _tail(plan: SavePlan, base: int | None, keep: int, revision: int) -> list[An
     return ["" if base is None else base, keep, revision, *bodies]
 
 
+def _windows(at: int | None) -> Iterator[tuple[int, int]]:
+    """``LRANGE`` bounds from the end of a list's first ``at`` items (all for ``None``) back, a window each."""
+    if at is None:  # from the end, whatever the length: negative bounds
+        yield from ((stop - _WINDOW + 1, stop) for stop in itertools.count(-1, -_WINDOW))
+    else:
+        yield from ((max(stop - _WINDOW + 1, 0), stop) for stop in range(at - 1, -1, -_WINDOW))
+    yield (1, 0)  # an empty range: nothing before the first item
+
+
+def _preview(messages: Sequence[Message]) -> bytes:
+    """The transcript's preview as the record keeps it (``pv``)."""
+    return encode_text(preview(messages))
+
+
+def _counts(usage: Usage | None) -> list[int | str]:
+    """``SAVE_RUN``'s usage arguments: a flag, then the run's four counts (empty to leave the usage)."""
+    if usage is None:
+        return [0, "", "", "", ""]
+    return [1, usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens]
+
+
 def _pairs(metadata: Mapping[str, str]) -> list[bytes]:
     """How the record and the pairs' indexes name each pair: its JSON text in UTF-8."""
     return [text.encode() for text in pair_texts(metadata)]
 
 
 def _info(session_id: str, stamp: bytes, fields: Sequence[bytes], length: int, pending: int, now: int) -> SessionInfo:
-    stored, holder, expires, cancel, undecided, md, due = fields
+    stored, holder, expires, cancel, undecided, md, due, usage, preview = fields
     state = derive_state(_text(stored) or None, _time(expires), values.moment(now), session_id)
     return SessionInfo(
         session_id,
@@ -551,6 +610,8 @@ def _info(session_id: str, stamp: bytes, fields: Sequence[bytes], length: int, p
         int(undecided or 0) if state is RunState.WAITING else 0,
         from_pair_texts(md.split(b"\n")) if md else {},
         _time(due) if state is RunState.WAITING else None,
+        stored_usage(usage.decode("utf-8", "replace")),  # both empty until the session's first save under version 6
+        _text(preview),
     )
 
 

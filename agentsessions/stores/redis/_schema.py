@@ -11,7 +11,10 @@ releases before versions were recorded, and the store refuses it by name until
 Version 2 (steer keys) adds the hash ``<prefix>k:<id>`` per session, written by the steer's
 own script beside the steers it guards; version 3 (approvals) fields of the record; version 4
 (session metadata) a sorted set per metadata pair, kept by the scripts that write a
-session. A session without them simply holds none, so each step only records its version.
+session; version 5 (steers queued for the next run) fields ``a<seq>`` of the record; version 6
+(usage and preview) fields ``us`` and ``pv`` of the record, set by the scripts that save. A
+session without them simply holds none, so each step only records its version (a session saved
+before version 6 lists an empty preview and no usage until its next save).
 A migration runs under a lock that lapses
 (``SET <prefix>migrate <token> NX PX``, renewed while held), so replicas starting
 ``agentsessions migrate`` at once apply each step once, and one killed while holding it
@@ -42,9 +45,9 @@ __all__ = [
     "migrator",
 ]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The version of the key layout this release writes and needs (2: steer keys; 3: approvals; 4: session
-metadata; 5: steers queued for the next run)."""
+metadata; 5: steers queued for the next run; 6: usage and preview)."""
 
 LOCK_LEASE = 10.0
 """Seconds a migration's lock lasts unless renewed (a third of it apart while held)."""
@@ -70,7 +73,7 @@ RECORD = "HSETNX {schema} {version} {applied}"
 """The one command of every step so far: it records ``{version}`` in the version hash ``{schema}`` unless
 recorded (``{applied}`` says when and by what)."""
 
-MIGRATIONS: dict[int, list[str]] = {1: [RECORD], 2: [RECORD], 3: [RECORD], 4: [RECORD]}
+MIGRATIONS: dict[int, list[str]] = {1: [RECORD], 2: [RECORD], 3: [RECORD], 4: [RECORD], 5: [RECORD]}
 """From a version to the ``redis-cli`` commands that bring it to the next, each idempotent; never run by
 the library on its own. Steer keys, approvals and metadata live in keys a session without them has not:
 nothing changes but the version recorded."""
@@ -80,6 +83,8 @@ _SUMMARIES = {
     2: "approvals (fields of the session's record): records version 3",
     3: "session metadata (a sorted set per pair, made by the scripts that set it): records version 4",
     4: "steers queued for the next run (fields a<seq> of the session's record, made by add_steer): records version 5",
+    5: "each session's preview and usage (fields pv and us of the session's record, made by the save scripts): "
+    "records version 6",
 }
 _CREATE = "a new store: records this version"
 

@@ -16,7 +16,10 @@ under the store's prefix ``P``; ``<id>`` is the session id's ``encode_text`` byt
   with ``if_busy`` ``"queue"`` or ``"interrupt"`` may be taken (only a later claim takes
   it); absent for any other steer, and deleted with the steer by the save that takes it.
   ``md`` the metadata: its pairs, each the JSON text of ``[key, value]``, sorted and joined
-  by newlines (JSON text holds no raw newline); absent when there is none.
+  by newlines (JSON text holds no raw newline); absent when there is none. ``pv`` the
+  preview (``kit.summary.preview`` of the transcript, set by every script that writes one)
+  and ``us`` the usage (``kit.summary``'s JSON text, which ``SAVE_RUN`` folds a run's usage
+  into); absent until the first save that sets them.
 - ``P m:<id>``: the transcript, a list of ``dump_message`` bodies, one per message.
 - ``P q:<id>``: the pending steers, a sorted set scored by seq; each member is the seq in
   16 digits, the adding call's 8-byte nonce, then the text: equal texts stay distinct, and
@@ -96,6 +99,34 @@ local function write(list, keep, first)
     redis.call('RPUSH', list, unpack(ARGV, i, math.min(i + 999, #ARGV)))
   end
 end
+-- kit.summary.fold_usage in Lua: the usage text after a save under token ARGV[2] (decimal) whose
+-- run has used ARGV[at..at+3] so far; nil when the stored text is not one this version reads.
+-- Written by hand, not by cjson.encode: the same JSON text as Python's, digits and all. Lua's
+-- doubles keep a run's counts (below 2**53: kit.arguments) and the total while it stays below
+-- 2**53 tokens exactly.
+local function counts(list)
+  if type(list) ~= 'table' or #list ~= 4 then return false end
+  for i = 1, 4 do
+    local v = list[i]
+    if type(v) ~= 'number' or v < 0 or v ~= math.floor(v) then return false end
+  end
+  return true
+end
+local function fold_usage(stored, at)
+  local before, token, last = {0, 0, 0, 0}, nil, {0, 0, 0, 0}
+  if stored and stored ~= '' then
+    local ok, u = pcall(cjson.decode, stored)
+    if not ok or type(u) ~= 'table' or not counts(u.before) or not counts(u.run) then return nil end
+    if type(u.token) ~= 'number' or u.token ~= math.floor(u.token) then return nil end
+    before, token, last = u.before, u.token, u.run
+  end
+  if token ~= tonumber(ARGV[2]) then
+    for i = 1, 4 do before[i] = before[i] + last[i] end
+  end
+  local run = table.concat({ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]}, ',')
+  for i = 1, 4 do before[i] = int(before[i]) end
+  return '{"token":' .. ARGV[2] .. ',"run":[' .. run .. '],"before":[' .. table.concat(before, ',') .. ']}'
+end
 -- Whether a save may keep `keep` stored messages: only if the revision it knew is still stored.
 -- ARGV[at] is that revision ('' when it knew none: then it sends every message).
 local function kept(stored, at)
@@ -105,47 +136,55 @@ local function kept(stored, at)
 end
 """
 
-# KEYS: record, messages, index. ARGV: id, known revision, keep, new revision, bodies...
+# KEYS: record, messages, index. ARGV: id, preview, known revision, keep, new revision, bodies...
 # Returns 1, or 0 (nothing written) when the known revision is no longer stored.
 SAVE = (
     _COMMON
     + """
 local stored = redis.call('HGET', KEYS[1], 'rev')
-if stored == ARGV[4] then return 1 end  -- this save, retried after its reply was lost
-local keep = kept(stored, 2)
+if stored == ARGV[5] then return 1 end  -- this save, retried after its reply was lost
+local keep = kept(stored, 3)
 if keep == nil then return 0 end
-write(KEYS[2], keep, 5)
-redis.call('HSET', KEYS[1], 'rev', ARGV[4])
+write(KEYS[2], keep, 6)
+redis.call('HSET', KEYS[1], 'rev', ARGV[5], 'pv', ARGV[2])
 touch(KEYS[1], KEYS[3], ARGV[1], now_micros())
 return 1
 """
 )
 
 # KEYS: record, messages, index, steers. ARGV: id, token, end ('' keeps the hold),
-# unless_steered ('1'), n, the n taken seqs, known revision, keep, new revision, bodies...
-# Returns {-1} when the claim is superseded, {0} when the known revision is gone (nothing
-# written either way), {1, cancel} when saved, {2, cancel, pending...} when saved and not
-# released because steers are pending (each member followed by its after-token).
+# unless_steered ('1'), preview, usage ('1' then the run's four counts, or '0' and four
+# empty strings to leave it), n, the n taken seqs, known revision, keep, new revision, bodies...
+# Returns {-1} when the claim is superseded, {0} when the known revision is gone, {-2, usage}
+# when the stored usage text is not one this version reads (nothing written in those three),
+# {1, cancel} when saved, {2, cancel, pending...} when saved and not released because steers
+# are pending (each member followed by its after-token).
 SAVE_RUN = (
     _COMMON
     + """
-local rec = redis.call('HMGET', KEYS[1], 'tok', 'st', 'rev', 'lm', 'c')
-local n = tonumber(ARGV[5])
-if rec[3] == ARGV[8 + n] and rec[1] == ARGV[2] then  -- this save, retried after its reply was lost
+local rec = redis.call('HMGET', KEYS[1], 'tok', 'st', 'rev', 'lm', 'c', 'us')
+local n = tonumber(ARGV[11])
+if rec[3] == ARGV[14 + n] and rec[1] == ARGV[2] then  -- this save, retried after its reply was lost
   if rec[2] ~= 'running' then return {1, '0'} end  -- it released
   if ARGV[3] ~= '' then return {2, rec[5], unpack(pending_steers(KEYS[4], KEYS[1]))} end
   return {1, rec[5]}
 end
 if rec[1] ~= ARGV[2] or rec[2] ~= 'running' then return {-1} end
-local keep = kept(rec[3], 6 + n)
+local keep = kept(rec[3], 12 + n)
 if keep == nil then return {0} end
-for i = 6, 5 + n do
+local usage = nil
+if ARGV[6] == '1' then
+  usage = fold_usage(rec[6], 7)
+  if usage == nil then return {-2, rec[6]} end
+end
+for i = 12, 11 + n do
   redis.call('ZREMRANGEBYSCORE', KEYS[4], ARGV[i], ARGV[i])
   redis.call('HDEL', KEYS[1], 'a' .. ARGV[i])
 end
-write(KEYS[2], keep, 9 + n)
+write(KEYS[2], keep, 15 + n)
 local now = now_micros()
-redis.call('HSET', KEYS[1], 'rev', ARGV[8 + n], 'x', int(now + tonumber(rec[4])))
+redis.call('HSET', KEYS[1], 'rev', ARGV[14 + n], 'x', int(now + tonumber(rec[4])), 'pv', ARGV[5])
+if usage then redis.call('HSET', KEYS[1], 'us', usage) end
 touch(KEYS[1], KEYS[3], ARGV[1], now)
 if ARGV[3] == '' then return {1, rec[5]} end
 if ARGV[4] == '1' and redis.call('ZCARD', KEYS[4]) > 0 then
@@ -219,7 +258,7 @@ return taken
 """
 
 # KEYS: index (or one metadata pair's). ARGV: max bound, min bound, page size, prefix.
-# Returns {now, {member, st, h, x, c, pa, md, ad, length, pending}...}, newest first.
+# Returns {now, {member, st, h, x, c, pa, md, ad, us, pv, length, pending}...}, newest first.
 PAGE = (
     _COMMON
     + """
@@ -227,9 +266,11 @@ local members = redis.call('ZRANGE', KEYS[1], ARGV[1], ARGV[2], 'BYLEX', 'REV', 
 local out = {int(now_micros())}
 for _, member in ipairs(members) do
   local id = string.sub(member, 17)
-  local r = redis.call('HMGET', ARGV[4] .. 's:' .. id, 'st', 'h', 'x', 'c', 'pa', 'md', 'ad')
-  out[#out + 1] = {member, r[1] or '', r[2] or '', r[3] or '', r[4] or '', r[5] or '', r[6] or '', r[7] or '',
-                   redis.call('LLEN', ARGV[4] .. 'm:' .. id), redis.call('ZCARD', ARGV[4] .. 'q:' .. id)}
+  local r = redis.call('HMGET', ARGV[4] .. 's:' .. id, 'st', 'h', 'x', 'c', 'pa', 'md', 'ad', 'us', 'pv')
+  local row = {member}
+  for i = 1, 9 do row[i + 1] = r[i] or '' end
+  row[11], row[12] = redis.call('LLEN', ARGV[4] .. 'm:' .. id), redis.call('ZCARD', ARGV[4] .. 'q:' .. id)
+  out[#out + 1] = row
 end
 return out
 """
@@ -281,14 +322,17 @@ return 0
 """
 )
 
-# KEYS: source messages, new record, new messages, index. ARGV: new id, at ('' for all), new revision.
-# Returns {1}, {-1} when the new id exists, {-2, length} when `at` is outside 0..length.
+# KEYS: source messages, new record, new messages, index, source record. ARGV: new id, at ('' for
+# all), new revision, the source's revision read ('' for none), the preview of the messages read.
+# Returns {1}, {-1} when the new id exists, {-2, length} when `at` is outside 0..length, {-3}
+# when the source's revision is no longer the one read (nothing written but in the first case).
 FORK = (
     _COMMON
     + """
 local existing = redis.call('HGET', KEYS[2], 'rev')
 if existing == ARGV[3] then return {1} end  -- this fork, retried after its reply was lost
 if existing then return {-1} end
+if (redis.call('HGET', KEYS[5], 'rev') or '') ~= ARGV[4] then return {-3} end
 local length = redis.call('LLEN', KEYS[1])
 local at = length
 if ARGV[2] ~= '' then
@@ -299,7 +343,7 @@ redis.call('DEL', KEYS[3])
 for i = 0, at - 1, 1000 do
   redis.call('RPUSH', KEYS[3], unpack(redis.call('LRANGE', KEYS[1], i, math.min(i + 999, at - 1))))
 end
-redis.call('HSET', KEYS[2], 'rev', ARGV[3])
+redis.call('HSET', KEYS[2], 'rev', ARGV[3], 'pv', ARGV[5])
 touch(KEYS[2], KEYS[4], ARGV[1], now_micros())
 return {1}
 """
