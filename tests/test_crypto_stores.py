@@ -76,8 +76,6 @@ def test_every_store_wrapped_keeps_the_contract(name: str, place: Opener, stores
     if kind == "memory" and name == storetest.SCHEMA:  # no database, so no schema version
         assert report.skipped == (name,) and not report.examples, report
         return
-    if name == storetest.SUMMARY and kind in ("postgres", "mysql") and report.skipped == (name,):  # until issue 28
-        return
     if name == storetest.PRUNE and not hasattr(encrypted(stores[0], KEYRING), "prune"):  # until it prunes (issue 28)
         assert report.skipped == (name,) and not report.examples, report
         return

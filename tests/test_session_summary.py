@@ -15,15 +15,12 @@ from agentsessions.endpoints import ScriptedEndpoint
 from agentsessions.runs import PREVIEW_CHARS
 from agentsessions.stores.kit.summary import fold_usage, stored_usage
 from agentsessions.stores.memory import MemoryStore
-from tests.support.backends import scratch_opener, store_params
-
-# The stores that keep usage and preview so far; each joins as it gains them (issue 28).
-KEEPING = ("sqlite", "postgres", "mongodb", "redis")
+from tests.support.backends import PERSISTENT, scratch_opener, store_params
 
 
-@pytest.fixture(params=store_params("memory", *KEEPING))
+@pytest.fixture(params=store_params("memory", *PERSISTENT))
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[agent.RunStore]:
-    """A store of each kind that keeps usage and preview."""
+    """A store of each kind: every one keeps usage and preview."""
     if request.param == "memory":
         yield MemoryStore()
         return

@@ -194,6 +194,33 @@ def test_a_database_made_before_schema_versions_is_refused_by_name_until_migrate
         _drop(admin, old)
 
 
+def test_sessions_saved_at_version_5_show_no_summary_until_their_next_save(admin: Any) -> None:
+    old = _create(admin, tables=True)
+    try:
+        conn = connect(old, autocommit=True)
+        store = mysql.MySQLStore(functools.partial(connect, old))
+        store.save("before", [agent.Message.user("saved at version 5")])
+        for sql in (
+            "ALTER TABLE agentsessions_sessions DROP COLUMN preview, DROP COLUMN `usage`",
+            "DELETE FROM agentsessions_schema WHERE version = 6",
+        ):
+            _query(conn, sql)
+        for _ in range(2):  # each statement of the step stands alone: running it again changes nothing
+            for sql in mysql.MIGRATIONS[5]:
+                _query(conn, sql)
+        assert _query(conn, "SELECT version FROM agentsessions_schema ORDER BY version")[-1] == (6,)
+        store = mysql.MySQLStore(functools.partial(connect, old))
+        info = store.info("before")
+        assert (info.length, info.preview, info.usage) == (1, "", agent.Usage())
+        store.fork("before", "forked")  # the source's preview is NULL: the fork reads its messages
+        assert store.info("forked").preview == "saved at version 5"
+        store.save("before", [agent.Message.user("saved at version 5"), agent.Message.assistant("and at 6")])
+        assert [i.preview for i in store.sessions()] == ["and at 6", "saved at version 5"]
+        conn.close()
+    finally:
+        _drop(admin, old)
+
+
 def test_a_single_connection_is_refused_with_what_to_pass_instead(database: str) -> None:
     conn = connect(database)
     try:

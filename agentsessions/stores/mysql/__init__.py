@@ -244,16 +244,16 @@ _RENEW_REVISION = "UPDATE agentsessions_sessions SET revision = %s WHERE id = %s
 # waits for (save, save_run and delete lock the record first), so the rows it copies are the
 # ones that length counts. The copy's SELECT is a consistent read under READ COMMITTED: it
 # locks no message rows, and the server copies them without sending any to Python.
-_LOCK_SOURCE = "SELECT length FROM agentsessions_sessions WHERE id = %s LOCK IN SHARE MODE"
+_LOCK_SOURCE = "SELECT length, preview FROM agentsessions_sessions WHERE id = %s LOCK IN SHARE MODE"
 _FORK_SESSION = """
 INSERT INTO agentsessions_sessions (id, revision, length, updated_at, preview) VALUES (%s, %s, %s, UTC_TIMESTAMP(6), %s)
 """
-# The fork's preview: the copied messages from the last, a few at a time, until one has text
-# (most often the first page ends it).
-_BACK_PAGE = 8
-_MESSAGES_BACK = f"""
+# A fork of a prefix (or of a session saved before schema version 6) computes its preview from
+# the copied messages, read from the last in pages that double, from one, until one has text:
+# most often the first page, one message, ends it.
+_MESSAGES_BACK = """
 SELECT position, body FROM agentsessions_messages FORCE INDEX (PRIMARY)
-WHERE session_id = %s AND position < %s ORDER BY position DESC LIMIT {_BACK_PAGE}
+WHERE session_id = %s AND position < %s ORDER BY position DESC LIMIT %s
 """
 _COPY_MESSAGES = """
 INSERT INTO agentsessions_messages (session_id, position, body)
@@ -562,10 +562,13 @@ class MySQLStore:
             check_fork_at(at, 0)  # a TypeError before any I/O; the range once the length is read
         with self._transaction(f"fork into session {new_id!r:.80}", session_id) as cur:
             cur.execute(_LOCK_SOURCE, (key,))
-            row = cur.fetchone()
-            length = check_fork_at(at, row[0] if row else 0)
+            length, shown = cur.fetchone() or (0, None)
+            whole, length = length, check_fork_at(at, length)
+            # A fork of the whole transcript has its source's preview: no message leaves the server.
+            if length < whole or shown is None:
+                shown = _forked_preview(cur, key, length)
             try:
-                cur.execute(_FORK_SESSION, (new_key, new_revision(), length, _forked_preview(cur, key, length)))
+                cur.execute(_FORK_SESSION, (new_key, new_revision(), length, shown))
             except pymysql.err.IntegrityError as error:
                 if not duplicate_key(error):
                     raise
@@ -839,16 +842,18 @@ def _write_transcript(
 
 def _forked_preview(cur: Any, key: bytes, length: int) -> bytes:
     """The preview of the session's first ``length`` messages, read from the last until one has text."""
+    page = 1
     while True:
-        cur.execute(_MESSAGES_BACK, (key, length))
+        cur.execute(_MESSAGES_BACK, (key, length, page))
         rows = cur.fetchall()
         for position, body in rows:
             shown = preview([load_message(body)])
             if shown:
                 return encode_text(shown)
             length = position
-        if len(rows) < _BACK_PAGE:
+        if len(rows) < page:
             return b""
+        page *= 2
 
 
 def _new_key(cur: Any, key: bytes, session_id: str, steer_key: str, text: str) -> bool:
