@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -100,3 +101,22 @@ def test_the_prune_benchmark_prints_the_batches_beside_the_claims() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "a batch transaction: median " in done.stdout, done.stdout
     assert "a claim during the prune (" in done.stdout, done.stdout
+
+
+def test_session_scaling_interleaved_tells_a_plain_save_that_reads_the_transcript() -> None:
+    argv = ["--sessions", "300", "--stores", "sqlite", "--modes", "run,plain", "--repeats", "1", "--interleave"]
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.session_scaling", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    pattern = r"^sqlite +300 (run|plain), mixed +[\d.]+ +[\d.]+ +([\d.]+) (ok|over) "
+    rows = {m[1]: (float(m[2]), m[3]) for m in re.finditer(pattern, done.stdout, re.MULTILINE)}
+    assert set(rows) == {"run", "plain"}, done.stdout
+    # Early and late sessions timed in one round: a plain save of a forgotten session reads its
+    # 120 stored rows (several times the early one's cost), a run's save does not.
+    assert rows["plain"][1] == "over" and rows["plain"][0] > rows["run"][0], done.stdout
