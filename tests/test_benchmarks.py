@@ -15,9 +15,10 @@ from tests.support.servers import POSTGRES_DSN, require_server
 pytestmark = pytest.mark.slow  # the benchmark suite, quick mode
 
 
-def test_quick_mode_runs_and_prints_every_section() -> None:
+def run_benchmark(*argv: str) -> subprocess.CompletedProcess[str]:
+    """``python argv...`` from the repository's root, which must exit 0; its output."""
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--quick"],
+        [sys.executable, *argv],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -25,6 +26,11 @@ def test_quick_mode_runs_and_prints_every_section() -> None:
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def test_quick_mode_runs_and_prints_every_section() -> None:
+    done = run_benchmark("-m", "benchmarks", "--quick")
     out = done.stdout
     for heading in (
         "== loop overhead per step",
@@ -51,15 +57,7 @@ def test_quick_mode_runs_and_prints_every_section() -> None:
 
 
 def test_session_listing_quick_mode_lists_the_user_beside_listing_by_state() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.session_listing", "--quick"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = run_benchmark("-m", "benchmarks.session_listing", "--quick")
     assert "sqlite,     1,000 sessions: u42's 20 newest" in done.stdout, done.stdout
     for store in ("postgres", "mysql", "redis"):  # measured, or skipped saying why
         assert f"{store},     1,000 sessions" in done.stdout or f"{store}: skipped (" in done.stdout, done.stdout
@@ -69,15 +67,7 @@ def test_session_listing_quick_mode_lists_the_user_beside_listing_by_state() -> 
 
 def test_the_compaction_benchmark_prints_both_runs_for_each_provider() -> None:
     argv = ["--steps", "30", "--window", "9000", "--trigger", "6000", "--keep", "2000"]
-    done = subprocess.run(
-        [sys.executable, "benchmarks/compaction_window.py", *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = run_benchmark("benchmarks/compaction_window.py", *argv)
     rows = [line.split() for line in done.stdout.splitlines() if line.startswith(("  Anthropic", "  OpenAI"))]
     assert len(rows) == 6, done.stdout
     for provider in ("Messages", "Chat", "Responses"):
@@ -90,30 +80,14 @@ def test_the_prune_benchmark_prints_the_batches_beside_the_claims() -> None:
     import psycopg
 
     require_server("PostgreSQL", lambda: psycopg.connect(POSTGRES_DSN).close())
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.prune", "--sessions", "2000"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = run_benchmark("-m", "benchmarks.prune", "--sessions", "2000")
     assert "a batch transaction: median " in done.stdout, done.stdout
     assert "a claim during the prune (" in done.stdout, done.stdout
 
 
 def test_session_scaling_interleaved_tells_a_plain_save_that_reads_the_transcript() -> None:
     argv = ["--sessions", "300", "--stores", "sqlite", "--modes", "run,plain", "--repeats", "1", "--interleave"]
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.session_scaling", *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = run_benchmark("-m", "benchmarks.session_scaling", *argv)
     pattern = r"^sqlite +300 (run|plain), mixed +[\d.]+ +[\d.]+ +([\d.]+) (ok|over) "
     rows = {m[1]: (float(m[2]), m[3]) for m in re.finditer(pattern, done.stdout, re.MULTILINE)}
     assert set(rows) == {"run", "plain"}, done.stdout
