@@ -133,8 +133,9 @@ def test_the_first_page_of_the_list_follows_the_store_without_a_reload(
     wait(browser).until(
         lambda _: "arrived <b>later</b>" in browser.find_element(By.CSS_SELECTOR, "table.sessions tbody").text
     )
-    rows = [row.text for row in browser.find_elements(By.CSS_SELECTOR, "table.sessions tbody tr")]
-    assert [row.split(" idle")[0] for row in rows] == ["arrived <b>later</b>", "first"]
+    ids = [link.text for link in browser.find_elements(By.CSS_SELECTOR, "table.sessions tbody tr td:first-child a")]
+    previews = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "table.sessions tbody .preview")]
+    assert (ids, previews) == (["arrived <b>later</b>", "first"], ["two", "one"])
     assert browser.execute_script("return window.notReloaded === true") is True  # rows came in, no reload
     assert 'idle <span class="count">3</span>' in browser.page_source  # the counts followed too
 
