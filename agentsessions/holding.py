@@ -55,10 +55,9 @@ class Hold:
         # When the write that last extended the lease began (time.monotonic()): the lease
         # runs at least ``lease`` seconds from then, whatever the write's own delay.
         self.renewed_at = time.monotonic()
-        # What the run has used so far, given to each save when the store keeps usage
-        # (the loop sets it: Persistence.count_usage).
+        # What the run has used so far, given to each save; set only where the store keeps usage
+        # (the loop offers it: Persistence.count_usage).
         self.usage: Callable[[], Usage] | None = None
-        self.keeps_usage = False
 
     @classmethod
     def claim_session(cls, store: RunStore, session_id: str, replica: str, lease: float) -> Hold:
@@ -66,7 +65,6 @@ class Hold:
         started = time.monotonic()
         hold = cls(store, store.claim(session_id, replica=replica, lease=lease))
         hold.renewed_at = started
-        hold.keeps_usage = keeps_usage(store)
         Heartbeat.of(store).add(hold)
         return hold
 
@@ -77,7 +75,8 @@ class Hold:
 
     def count_usage(self, usage: Callable[[], Usage]) -> None:
         """Record ``usage()`` (the run's tokens so far) with every save, in the store's same write."""
-        self.usage = usage
+        if keeps_usage(self.store):
+            self.usage = usage
 
     def take_steers(self) -> list[str]:
         """The steers waiting in the store that this run has not taken yet, oldest first."""
@@ -218,7 +217,7 @@ class Hold:
 
     def _save_run(self, transcript: Sequence[Message], **kwargs: Any) -> Progress:
         """``store.save_run`` under the claim, with the run's usage when the store keeps it."""
-        if self.keeps_usage and self.usage is not None:
+        if self.usage is not None:
             kwargs["usage"] = self.usage()
         return self.store.save_run(self.claim, transcript, **kwargs)
 

@@ -58,6 +58,8 @@ class RunMachine(RuleBasedStateMachine):
         super().__init__()
         context.examples += 1
         self.stores = context.runs
+        # A store that keeps the summary (usage and preview) shows the last text; these runs record no usage.
+        self.previews = keeps_usage(self.stores[1])  # read once: a signature is slow to inspect
         self.id = context.new_id("run")
         self.model = _Record()
         self.claims: list[Claim] = []  # every claim made, the superseded ones too
@@ -178,8 +180,7 @@ class RunMachine(RuleBasedStateMachine):
     @invariant()
     def info(self) -> None:
         got, model = self.stores[1].info(self.id), self.model
-        # A store that keeps the summary (usage and preview) shows the last text; these runs record no usage.
-        shown = shown_preview(self.stores[1], model.messages) if keeps_usage(self.stores[1]) else got.preview
+        shown = shown_preview(self.stores[1], model.messages) if self.previews else got.preview
         want = SessionInfo(self.id, len(model.messages), got.updated_at, model.state, model.holder,
                            got.lease_expires_at, len(model.steers), model.cancel, preview=shown)  # fmt: skip
         check_equal(got, want, "info()")
